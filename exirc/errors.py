@@ -1,0 +1,89 @@
+"""The exirc error family.
+
+Every error a user can fix is an `ExircError` subclass that says what was
+wrong, where, and what to do. `InternalError` is for our own bugs. The CLI
+maps each class to a documented exit code and prints one line plus the hint;
+the traceback only with `--debug`.
+
+Exit codes (also in README.md):
+
+    0  success
+    1  internal error (a bug in exirc: please report it)
+    2  usage error (bad command line, missing or unreadable input file)
+    3  invalid model or program file
+    4  unsupported operator
+    5  verification mismatch
+"""
+
+from __future__ import annotations
+
+
+class ExircError(Exception):
+    """Base of every error exirc raises on purpose."""
+
+    exit_code = 1
+    code = "E0000"
+    default_hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(ExircError):
+    """The command line or an argument is wrong, or an input file is missing."""
+
+    exit_code = 2
+    code = "E0200"
+
+
+class InputError(UsageError):
+    """Inputs given to a program do not match its signature or are unreadable."""
+
+    code = "E0201"
+
+
+class FormatError(ExircError):
+    """A program file is malformed: `field` is the path of the bad field."""
+
+    exit_code = 3
+    code = "E0300"
+    default_hint = "the file is not a valid .pte program; re-create it with `exirc compile`"
+
+    def __init__(self, message: str, *, field: str = "", hint: str | None = None) -> None:
+        self.field = field
+        full = f"{field}: {message}" if field else message
+        super().__init__(full, hint=hint)
+
+
+class ModelError(ExircError):
+    """A model file or model definition cannot be loaded or exported."""
+
+    exit_code = 3
+    code = "E0310"
+
+
+class UnsupportedOperatorError(ExircError):
+    """An operator has no kernel or no out-variant on the chosen target."""
+
+    exit_code = 4
+    code = "E0400"
+
+
+class VerificationError(ExircError):
+    """Outputs differ from the reference beyond tolerance."""
+
+    exit_code = 5
+    code = "E0500"
+
+
+class InternalError(ExircError):
+    """A bug in exirc, not in the user's model or file."""
+
+    exit_code = 1
+    code = "E0100"
+    default_hint = "this is a bug in exirc; please report it with the command you ran and --debug output"

@@ -1,0 +1,209 @@
+"""A FlatBuffer reader that checks every offset before using it.
+
+The flatbuffers Python package trusts the buffer: a bad offset becomes an
+IndexError, a negative `struct` offset silently reads from the end, and a
+declared vector length is believed. Program files are untrusted, so this
+reader checks each position against `[0, len)` before reading, checks each
+vector's declared length against the bytes that remain before building
+anything from it, and charges every table, vector element and string to a
+work budget proportional to the buffer size. The budget is what stops a
+small file whose many offsets share one sub-table (itself full of offsets to
+one sub-table...) from costing exponential time: an honest FlatBuffer stores
+each table once, so decoding it charges at most about its own size.
+
+Errors are `FormatError`s naming the field path, e.g.
+`execution_plan[0].chains[0].instructions[3].instr_args`.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from exirc.errors import FormatError
+
+_U8 = struct.Struct("<B")
+_U16 = struct.Struct("<H")
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+
+# Work units an honest file may need, per byte of FlatBuffer, plus a floor.
+_BUDGET_PER_BYTE = 2
+_BUDGET_FLOOR = 4096
+_TABLE_COST = 4
+
+
+class CheckedBuffer:
+    """The FlatBuffer bytes plus the work budget of decoding them."""
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = data
+        self.size = len(data)
+        self.budget = _BUDGET_PER_BYTE * self.size + _BUDGET_FLOOR
+
+    def charge(self, units: int, path: str) -> None:
+        self.budget -= units
+        if self.budget < 0:
+            raise FormatError(
+                "decoding needs far more work than the file's size justifies "
+                "(offsets share sub-tables); refusing to continue",
+                field=path,
+            )
+
+    def check_range(self, pos: int, nbytes: int, path: str) -> None:
+        if pos < 0 or nbytes < 0 or pos + nbytes > self.size:
+            raise FormatError(
+                f"offset {pos} (+{nbytes} bytes) is outside the {self.size}-byte program data",
+                field=path,
+            )
+
+    def read(self, fmt: struct.Struct, pos: int, path: str) -> int:
+        self.check_range(pos, fmt.size, path)
+        value: int = fmt.unpack_from(self.data, pos)[0]
+        return value
+
+    def follow(self, pos: int, path: str) -> int:
+        """The position a uoffset stored at `pos` points to."""
+        return pos + self.read(_U32, pos, path)
+
+    def root(self) -> TableView:
+        return self.table_at(self.follow(0, "root"), "root")
+
+    def table_at(self, pos: int, path: str) -> TableView:
+        self.charge(_TABLE_COST, path)
+        vtable = pos - self.read(_I32, pos, path)
+        vtable_len = self.read(_U16, vtable, path + "(vtable)")
+        table_len = self.read(_U16, vtable + 2, path + "(vtable)")
+        if vtable_len < 4 or vtable_len % 2:
+            raise FormatError(f"vtable length {vtable_len} is invalid", field=path)
+        if table_len < 4:
+            raise FormatError(f"table length {table_len} is invalid", field=path)
+        self.check_range(vtable, vtable_len, path + "(vtable)")
+        self.check_range(pos, table_len, path)
+        return TableView(self, pos, vtable, vtable_len, table_len, path)
+
+
+class TableView:
+    """One table of the buffer; fields are read by slot number."""
+
+    __slots__ = ("buf", "pos", "vtable", "vtable_len", "table_len", "path")
+
+    def __init__(self, buf: CheckedBuffer, pos: int, vtable: int, vtable_len: int,
+                 table_len: int, path: str) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.vtable = vtable
+        self.vtable_len = vtable_len
+        self.table_len = table_len
+        self.path = path
+
+    def _field(self, slot: int, nbytes: int, name: str) -> int | None:
+        """Absolute position of field `slot`, or None when absent."""
+        entry = 4 + 2 * slot
+        if entry + 2 > self.vtable_len:
+            return None
+        offset = self.buf.read(_U16, self.vtable + entry, self.path)
+        if offset == 0:
+            return None
+        if offset + nbytes > self.table_len:
+            raise FormatError(
+                f"field lies outside its table ({offset}+{nbytes} > {self.table_len})",
+                field=f"{self.path}.{name}",
+            )
+        return self.pos + offset
+
+    def scalar(self, slot: int, fmt: struct.Struct, default: int | float, name: str) -> int:
+        pos = self._field(slot, fmt.size, name)
+        if pos is None:
+            return default  # type: ignore[return-value]
+        value: int = fmt.unpack_from(self.buf.data, pos)[0]
+        return value
+
+    def table(self, slot: int, name: str) -> TableView | None:
+        pos = self._field(slot, 4, name)
+        if pos is None:
+            return None
+        path = f"{self.path}.{name}"
+        return self.buf.table_at(self.buf.follow(pos, path), path)
+
+    def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int, str] | None:
+        """(first element position, element count, path) of a vector field."""
+        pos = self._field(slot, 4, name)
+        if pos is None:
+            return None
+        path = f"{self.path}.{name}"
+        start = self.buf.follow(pos, path)
+        count = self.buf.read(_U32, start, path)
+        # Check the declared length against the bytes present before
+        # anything is built from it: 0xFFFFFFFF must not allocate.
+        self.buf.check_range(start + 4, count * elem_size, path)
+        self.buf.charge(count * max(elem_size, 1), path)
+        return start + 4, count, path
+
+    def scalars(self, slot: int, fmt: str, name: str) -> list[int]:
+        """A vector of scalars, e.g. fmt "i" for [int]."""
+        size = struct.calcsize("<" + fmt)
+        found = self._vector(slot, size, name)
+        if found is None:
+            return []
+        start, count, _ = found
+        return list(struct.unpack_from(f"<{count}{fmt}", self.buf.data, start))
+
+    def floats(self, slot: int, name: str) -> list[float]:
+        found = self._vector(slot, 8, name)
+        if found is None:
+            return []
+        start, count, _ = found
+        return list(struct.unpack_from(f"<{count}d", self.buf.data, start))
+
+    def byte_vector(self, slot: int, name: str) -> bytes:
+        found = self._vector(slot, 1, name)
+        if found is None:
+            return b""
+        start, count, _ = found
+        return bytes(self.buf.data[start:start + count])
+
+    def tables(self, slot: int, name: str) -> list[TableView]:
+        found = self._vector(slot, 4, name)
+        if found is None:
+            return []
+        start, count, path = found
+        buf = self.buf
+        return [
+            buf.table_at(buf.follow(start + 4 * i, f"{path}[{i}]"), f"{path}[{i}]")
+            for i in range(count)
+        ]
+
+    def string(self, slot: int, name: str) -> str | None:
+        found = self._vector(slot, 1, name)
+        if found is None:
+            return None
+        start, count, path = found
+        try:
+            return bytes(self.buf.data[start:start + count]).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise FormatError(f"string is not valid UTF-8 ({error.reason})", field=path) from None
+
+    def union(self, type_slot: int, value_slot: int, name: str,
+              members: tuple[type, ...]) -> tuple[type, TableView]:
+        """The member class and table of a union field (NONE is an error)."""
+        tag = self.scalar(type_slot, _U8, 0, name + "_type")
+        if not 1 <= tag <= len(members):
+            raise FormatError(
+                f"union type tag {tag} is not one of 1..{len(members)}",
+                field=f"{self.path}.{name}_type",
+            )
+        member = members[tag - 1]
+        table = self.table(value_slot, f"{name}({member.__name__})")
+        if table is None:
+            raise FormatError("union value is missing", field=f"{self.path}.{name}")
+        return member, table
+
+
+U8 = _U8
+I8 = struct.Struct("<b")
+U32 = _U32
+I32 = _I32
+I64 = struct.Struct("<q")
+U64 = struct.Struct("<Q")
+BOOL = _U8
+F64 = struct.Struct("<d")

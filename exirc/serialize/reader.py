@@ -1,0 +1,112 @@
+""".pte bytes (or a path) -> program model, checking everything.
+
+Reading a path maps the file, so constant segments come back as
+`memoryview`s into the mapping: weights are never copied, and a 50 MB
+program loads in the time it takes to decode its (small) FlatBuffer.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+
+from exirc import program as P
+from exirc.errors import FormatError, UsageError
+from exirc.serialize.checked_buffer import CheckedBuffer
+from exirc.serialize.decode import decode_program, segment_ranges
+from exirc.serialize.header import FILE_IDENTIFIER, HEADER_OFFSET, ExtendedHeader
+from exirc.serialize.validate import validate_program
+
+Source = bytes | bytearray | memoryview | str | os.PathLike[str]
+
+
+@dataclass
+class ProgramFile:
+    """A program and the layout of the file it came from (for `inspect`)."""
+
+    program: P.Program
+    file_size: int
+    header: ExtendedHeader | None
+    # (file offset, size) of each segment, parallel to program.segments.
+    segment_spans: list[tuple[int, int]]
+
+    @property
+    def program_size(self) -> int:
+        """Bytes of the FlatBuffer, header included."""
+        return self.header.program_size if self.header else self.file_size
+
+
+def deserialize(source: Source) -> P.Program:
+    """Read a `.pte` file or its bytes; raise FormatError if malformed."""
+    return read_program_file(source).program
+
+
+def read_program_file(source: Source) -> ProgramFile:
+    data = _open(source) if isinstance(source, (str, os.PathLike)) else memoryview(source)
+    if data.ndim != 1 or data.itemsize != 1:
+        data = data.cast("B")
+    return _read(data)
+
+
+def _open(path: str | os.PathLike[str]) -> memoryview:
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size == 0:
+                raise FormatError(f"{name} is empty, not a program file")
+            # The mapping outlives the file object: memoryviews keep it alive.
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {name}", hint="check the path") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory, not a program file") from None
+    except PermissionError:
+        raise UsageError(f"cannot read {name}: permission denied") from None
+    return memoryview(mapped)
+
+
+def _read(data: memoryview) -> ProgramFile:
+    size = len(data)
+    if size < HEADER_OFFSET:
+        raise FormatError(f"file is {size} bytes, too short to be a program", field="header")
+    identifier = bytes(data[4:8])
+    if identifier != FILE_IDENTIFIER:
+        raise FormatError(
+            f"file identifier is {identifier!r}, expected {FILE_IDENTIFIER!r}: not a .pte "
+            "program, or one written for an incompatible schema version", field="header")
+    header = ExtendedHeader.parse(data)
+    program_size = size
+    if header is not None:
+        if not HEADER_OFFSET + header.length <= header.program_size <= size:
+            raise FormatError(f"program_size {header.program_size} does not fit the "
+                              f"{size}-byte file", field="header.program_size")
+        if header.segment_base_offset > size:
+            raise FormatError(f"segment_base_offset {header.segment_base_offset} is past the "
+                              f"end of the {size}-byte file", field="header.segment_base_offset")
+        program_size = header.program_size
+
+    buf = CheckedBuffer(data[:program_size])
+    program = decode_program(buf)
+    spans = _segment_spans(buf, header, size)
+    program.segments = [P.DataSegment(data[start:start + length]) for start, length in spans]
+    validate_program(program)
+    return ProgramFile(program, size, header, spans)
+
+
+def _segment_spans(buf: CheckedBuffer, header: ExtendedHeader | None,
+                   file_size: int) -> list[tuple[int, int]]:
+    ranges = segment_ranges(buf)
+    if ranges and header is None:
+        raise FormatError("the program has data segments but the file has no extended header "
+                          "to locate them", field="segments")
+    spans = []
+    base = header.segment_base_offset if header else 0
+    for i, (offset, length) in enumerate(ranges):
+        start = base + offset
+        if start + length > file_size:
+            raise FormatError(f"segment of {length} bytes at file offset {start} runs past the "
+                              f"end of the {file_size}-byte file", field=f"segments[{i}]")
+        spans.append((start, length))
+    return spans
