@@ -212,7 +212,11 @@ class String:
 
 @dataclass
 class IntList:
-    """Schema: table IntList. Holds the ints themselves."""
+    """Schema: table IntList. Holds value indices of `Int` values, not ints.
+
+    Boxing each int lets a list mix constants with sizes computed at run time
+    (SymInts), e.g. the shape argument of a `view_copy` under dynamic shapes.
+    """
 
     items: list[int]
 

@@ -88,13 +88,25 @@ class _PlanChecker:
     def check_value(self, value: P.EValue, field: str) -> None:
         if isinstance(value, P.Tensor):
             self.check_tensor(value, field)
+        elif isinstance(value, P.IntList):
+            self.check_items(value.items, (P.Int,), field)
         elif isinstance(value, P.TensorList):
-            for j, index in enumerate(value.items):
-                self.value(index, f"{field}.items[{j}]")
+            self.check_items(value.items, (P.Tensor,), field)
         elif isinstance(value, P.OptionalTensorList):
-            for j, index in enumerate(value.items):
-                if index != -1:  # -1 stands for None
-                    self.value(index, f"{field}.items[{j}]")
+            self.check_items(value.items, (P.Tensor, P.Null), field)
+
+    def check_items(self, items: list[int], kinds: tuple[type, ...], field: str) -> None:
+        """List items are value indices; each must name a value of `kinds`."""
+        names = " or ".join(kind.__name__ for kind in kinds)
+        for j, index in enumerate(items):
+            if index == -1 and P.Null in kinds:
+                continue  # an optional list's None
+            self.value(index, f"{field}.items[{j}]")
+            found = self.plan.values[index]
+            if not isinstance(found, kinds):
+                raise FormatError(f"item refers to value {index}, a {type(found).__name__}, "
+                                  f"where a {names} is required",
+                                  field=f"{self.path}.{field}.items[{j}]")
 
     def check_tensor(self, tensor: P.Tensor, field: str) -> None:
         path = f"{self.path}.{field}"

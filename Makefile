@@ -1,0 +1,59 @@
+# exirc developer commands. `make demo` and `make test` work on a fresh clone:
+# each installs what it needs into .venv first.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXIRC := $(VENV)/bin/exirc
+STAMP := $(VENV)/.installed
+OUT ?= out
+
+.PHONY: help install test demo schema bench check clean distclean
+
+help:
+	@echo "make demo    install, then build, inspect and run an example program"
+	@echo "make test    install, then run the test suite"
+	@echo "make check   lint, type-check and a seconds-long smoke test"
+	@echo "make bench   performance against torch eager and ExecuTorch (table + JSON)"
+	@echo "make schema  regenerate the FlatBuffers bindings from schema/*.fbs"
+	@echo "make clean   remove build outputs and caches (distclean: also .venv)"
+
+install: $(STAMP)
+
+# torch first, pinned: the CPU wheel on disk satisfies it, whereas letting the
+# project's dependency pull torch from the index brings GBs of CUDA packages.
+# ExecuTorch is the test oracle only, installed without its (heavy) deps.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps executorch==1.5.1 ruamel.yaml tabulate
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+demo: install
+	@mkdir -p $(OUT)
+	$(PY) examples/handbuilt_add.py $(OUT)/add.pte
+	$(EXIRC) inspect $(OUT)/add.pte --show summary --show instructions
+	$(PY) examples/executorch_reference.py $(OUT)/mlp_executorch.pte
+	$(EXIRC) inspect $(OUT)/mlp_executorch.pte
+
+schema: install
+	$(PY) -m exirc.serialize.regenerate
+
+bench: install
+	$(PY) bench/run.py --out bench/results
+
+check: install
+	$(PY) -m ruff check exirc tests bench examples
+	$(PY) -m mypy
+	$(PY) -m pytest -q -m smoke
+
+clean:
+	rm -rf $(OUT) bench/results build dist .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -not -path "./$(VENV)/*" -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,78 @@
+"""The `exirc` command: subcommands, error reporting and exit codes.
+
+Data goes to stdout; messages go to stderr. A failure prints one line with
+the error code and a hint; `--debug` adds the traceback. Exit codes are
+those of `exirc.errors`. Nothing here imports torch: `--help`, `--version`
+and `inspect` stay fast, and commands that need torch import it lazily.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from exirc import __version__
+from exirc.cli.inspect_command import inspect_command
+from exirc.cli.style import styler
+from exirc.errors import ExircError, InternalError
+
+EPILOG = """\b
+Examples:
+  exirc inspect model.pte                   what is inside a program file
+  exirc inspect model.pte --show instructions
+  exirc inspect model.pte --json            everything, for programs
+
+\b
+Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid model or program
+file, 4 unsupported operator, 5 verification mismatch.
+"""
+
+
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="exirc")
+@click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
+def cli(debug: bool) -> None:
+    """exirc: compile PyTorch models to .pte programs, inspect and run them."""
+
+
+cli.add_command(inspect_command)
+
+
+def report_error(error: ExircError, debug: bool) -> None:
+    red = styler(sys.stderr, fg="red", bold=True)
+    print(f"{red('error')}[{error.code}]: {error.message}", file=sys.stderr)
+    if error.hint:
+        print(f"  hint: {error.hint}", file=sys.stderr)
+    if debug:
+        traceback.print_exception(error, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line and return its exit code (never raises)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        result = cli.main(args=args, prog_name="exirc", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as error:
+        error.show(file=sys.stderr)
+        return 2
+    except click.exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except ExircError as error:
+        report_error(error, debug)
+        return error.exit_code
+    except BrokenPipeError:
+        return 0  # `exirc inspect x.pte | head` is not an error
+    except Exception as error:  # noqa: BLE001  (the last line of defence)
+        internal = InternalError(f"{type(error).__name__}: {error}")
+        internal.__traceback__ = error.__traceback__
+        report_error(internal, debug)
+        if not debug:
+            print("  rerun with --debug to see the traceback", file=sys.stderr)
+        return internal.exit_code

@@ -1,0 +1,1 @@
+"""The inspector: what is inside a `.pte` file, for people and programs."""

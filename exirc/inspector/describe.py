@@ -1,0 +1,176 @@
+"""What is inside a program file, as plain JSON-able data.
+
+`describe(program_file)` is the single source of the inspector's facts: the
+text views render it and `exirc inspect --json` prints it. Its shape is
+versioned by `FORMAT_VERSION`; README.md documents it. Add keys freely;
+renaming or removing one is a new version.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from exirc import program as P
+from exirc.inspector.listing import instruction_text, source_of, value_type
+from exirc.serialize import ProgramFile
+
+FORMAT_NAME = "exirc.inspect"
+FORMAT_VERSION = 1
+
+
+def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
+    program = pf.program
+    roles = segment_roles(program)
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "file": {
+            "path": path,
+            "size": pf.file_size,
+            "identifier": "ET12",
+            "schema_version": program.version,
+            "header": None if pf.header is None else {
+                "length": pf.header.length,
+                "program_size": pf.header.program_size,
+                "segment_base_offset": pf.header.segment_base_offset,
+                "segment_data_size": pf.header.segment_data_size,
+            },
+            "segments": [
+                {"index": i, "offset": start, "size": size, "role": roles.get(i, "unused")}
+                for i, (start, size) in enumerate(pf.segment_spans)
+            ],
+        },
+        "size": size_breakdown(pf, roles),
+        "constants": constants_summary(program),
+        "methods": [describe_plan(program, plan) for plan in program.execution_plan],
+    }
+
+
+def segment_roles(program: P.Program) -> dict[int, str]:
+    roles: dict[int, str] = {}
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            if delegate.processed.location == P.DataLocation.SEGMENT:
+                roles[delegate.processed.index] = f"delegate:{delegate.id}"
+    for sub in program.mutable_data_segments:
+        roles[sub.segment_index] = "mutable_data"
+    for named in program.named_data:
+        roles[named.segment_index] = "named_data"
+    if program.constant_segment is not None and program.constant_segment.offsets:
+        roles[program.constant_segment.segment_index] = "constants"
+    return roles
+
+
+def size_breakdown(pf: ProgramFile, roles: dict[int, str]) -> dict[str, int]:
+    """Every byte of the file in exactly one bucket."""
+    program = pf.program
+    inline_constants = sum(len(b.storage) for b in program.constant_buffer)
+    inline_delegate = sum(len(d.data) for d in program.backend_delegate_data)
+    buckets = {
+        "program": pf.program_size - inline_constants - inline_delegate,
+        "constants": inline_constants,
+        "delegate_data": inline_delegate,
+        "other_segments": 0,
+    }
+    for i, (_, size) in enumerate(pf.segment_spans):
+        role = roles.get(i, "unused")
+        if role == "constants":
+            buckets["constants"] += size
+        elif role.startswith("delegate:"):
+            buckets["delegate_data"] += size
+        else:
+            buckets["other_segments"] += size
+    # Segments may overlap in a hostile file; never report negative padding.
+    buckets["padding"] = max(0, pf.file_size - sum(buckets.values()))
+    buckets["total"] = pf.file_size
+    return buckets
+
+
+def constants_summary(program: P.Program) -> dict[str, int]:
+    """Constant tensors actually referenced, and the bytes they use."""
+    used: dict[int, int] = {}
+    for plan in program.execution_plan:
+        for value in plan.values:
+            if isinstance(value, P.Tensor) and value.data_buffer_idx:
+                used[value.data_buffer_idx] = max(used.get(value.data_buffer_idx, 0),
+                                                  value.nbytes)
+    return {
+        "count": len(used),
+        "bytes": sum(used.values()),
+        "buffers": max(0, program.constant_count() - 1),  # entry 0 is reserved
+    }
+
+
+def describe_plan(program: P.Program, plan: P.ExecutionPlan) -> dict[str, Any]:
+    calls: Counter[int] = Counter()
+    instructions = []
+    for c, chain in enumerate(plan.chains):
+        for i, instr in enumerate(chain.instructions):
+            if isinstance(instr, P.KernelCall):
+                calls[instr.op_index] += 1
+            frames = chain.stacktrace[i].items if chain.stacktrace else []
+            instructions.append({
+                "chain": c,
+                "index": i,
+                "kind": type(instr).__name__,
+                "text": instruction_text(plan, instr),
+                "source": source_of(frames),
+                **{k: v for k, v in vars(instr).items()},
+            })
+    value_kinds = Counter(type(v).__name__ for v in plan.values)
+    return {
+        "name": plan.name,
+        "inputs": [io_entry(plan, index) for index in plan.inputs],
+        "outputs": [io_entry(plan, index) for index in plan.outputs],
+        "chains": len(plan.chains),
+        "instruction_count": len(instructions),
+        "kernel_calls": sum(calls.values()),
+        "operators": [
+            {"index": i, "name": op.name, "overload": op.overload, "calls": calls.get(i, 0)}
+            for i, op in enumerate(plan.operators)
+        ],
+        "memory_plan": {
+            "buffers": [
+                {"id": i, "bytes": size}
+                for i, size in enumerate(plan.non_const_buffer_sizes) if i > 0 or size
+            ],
+            "total_bytes": sum(plan.non_const_buffer_sizes),
+            "planned_tensors": sum(1 for v in plan.values
+                                   if isinstance(v, P.Tensor) and v.allocation_info),
+        },
+        "delegates": [
+            {
+                "index": i,
+                "id": d.id,
+                "location": d.processed.location.name.lower(),
+                "data_index": d.processed.index,
+                "bytes": delegate_bytes(program, d),
+                "compile_specs": [s.key for s in d.compile_specs],
+            }
+            for i, d in enumerate(plan.delegates)
+        ],
+        "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
+        "instructions": instructions,
+    }
+
+
+def io_entry(plan: P.ExecutionPlan, index: int) -> dict[str, Any]:
+    value = plan.values[index]
+    entry: dict[str, Any] = {"value": index, "kind": type(value).__name__, "type":
+                             value_type(value)}
+    if isinstance(value, P.Tensor):
+        entry.update(
+            dtype=value.scalar_type.short_name,
+            shape=list(value.sizes),
+            dynamism=value.shape_dynamism.name.lower(),
+            bytes=value.nbytes,
+        )
+    return entry
+
+
+def delegate_bytes(program: P.Program, delegate: P.BackendDelegate) -> int:
+    ref = delegate.processed
+    if ref.location == P.DataLocation.INLINE:
+        return len(program.backend_delegate_data[ref.index].data)
+    return len(program.segments[ref.index].data)

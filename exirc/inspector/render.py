@@ -1,0 +1,105 @@
+"""The inspector's text views, rendered from `describe()` data.
+
+The default view is meant to fit one screen: long tables are cut with a
+"... N more" line and `--json` has everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from exirc.inspector.listing import listing_lines
+from exirc.program import ExecutionPlan
+
+_MAX_ROWS = 12
+
+Style = Callable[[str], str]
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _cut(rows: list[str], indent: str) -> list[str]:
+    if len(rows) <= _MAX_ROWS:
+        return rows
+    return rows[:_MAX_ROWS - 1] + [f"{indent}... {len(rows) - _MAX_ROWS + 1} more (see --json)"]
+
+
+def _io(entries: list[dict[str, Any]]) -> str:
+    return ", ".join(f"%{e['value']} {e['type']}" for e in entries) or "none"
+
+
+def render_summary(info: dict[str, Any], bold: Style) -> str:
+    f = info["file"]
+    lines = [bold(f"{f['path'] or '<bytes>'}: program file (ET12, schema v{f['schema_version']}), "
+                  f"{human_bytes(f['size'])}")]
+    header = f["header"]
+    if header:
+        lines.append(f"  header: program {human_bytes(header['program_size'])}, "
+                     f"segments at offset {header['segment_base_offset']} "
+                     f"({human_bytes(header['segment_data_size'])})")
+    else:
+        lines.append("  header: none (no extended header; no segments)")
+    for s in f["segments"]:
+        lines.append(f"  segment {s['index']}: {human_bytes(s['size'])} at offset "
+                     f"{s['offset']} ({s['role']})")
+    for method in info["methods"]:
+        lines.append("")
+        lines.extend(_render_method(method, bold))
+    c = info["constants"]
+    lines.append("")
+    lines.append(bold("constants: ") + f"{c['count']} tensors, {human_bytes(c['bytes'])}")
+    size = info["size"]
+    total = max(size["total"], 1)
+    parts = [f"{key.replace('_', ' ')} {human_bytes(size[key])} ({100 * size[key] / total:.0f}%)"
+             for key in ("program", "constants", "delegate_data", "other_segments", "padding")
+             if size[key] or key in ("program", "constants")]
+    lines.append(bold("size: ") + " | ".join(parts))
+    return "\n".join(lines)
+
+
+def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
+    lines = [bold(f"method {m['name']}: ") +
+             f"{m['instruction_count']} instructions in {m['chains']} chain(s), "
+             f"{m['kernel_calls']} kernel calls, {m['values']['count']} values"]
+    lines.append(f"  inputs:  {_io(m['inputs'])}")
+    lines.append(f"  outputs: {_io(m['outputs'])}")
+    ops = sorted(m["operators"], key=lambda o: (-o["calls"], o["name"]))
+    if ops:
+        width = max(len(_qualified(o)) for o in ops)
+        lines.append(f"  operators ({len(ops)}):")
+        lines.extend(_cut([f"    {_qualified(o):<{width}}  {o['calls']:>5} calls" for o in ops],
+                          "    "))
+    plan = m["memory_plan"]
+    buffers = plan["buffers"]
+    lines.append(f"  memory plan: {len(buffers)} buffer(s), {human_bytes(plan['total_bytes'])}, "
+                 f"{plan['planned_tensors']} planned tensors")
+    lines.extend(_cut([f"    buffer {b['id']}: {b['bytes']} B" for b in buffers], "    "))
+    if m["delegates"]:
+        lines.append(f"  delegates ({len(m['delegates'])}):")
+        lines.extend(_cut([f"    [{d['index']}] {d['id']}: {human_bytes(d['bytes'])} "
+                           f"({d['location']})" for d in m["delegates"]], "    "))
+    else:
+        lines.append("  delegates: none")
+    return lines
+
+
+def _qualified(op: dict[str, Any]) -> str:
+    return f"{op['name']}.{op['overload']}" if op["overload"] else op["name"]
+
+
+def render_instructions(plans: list[ExecutionPlan], bold: Style) -> str:
+    lines: list[str] = []
+    for plan in plans:
+        if lines:
+            lines.append("")
+        lines.append(bold(f"method {plan.name}:"))
+        lines.extend(listing_lines(plan))
+    return "\n".join(lines)
