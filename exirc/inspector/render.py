@@ -26,6 +26,10 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _cut(rows: list[str], indent: str) -> list[str]:
     if len(rows) <= _MAX_ROWS:
         return rows
@@ -55,7 +59,7 @@ def render_summary(info: dict[str, Any], bold: Style) -> str:
         lines.extend(_render_method(method, bold))
     c = info["constants"]
     lines.append("")
-    lines.append(bold("constants: ") + f"{c['count']} tensors, {human_bytes(c['bytes'])}")
+    lines.append(bold("constants: ") + f"{plural(c['count'], 'tensor')}, {human_bytes(c['bytes'])}")
     size = info["size"]
     total = max(size["total"], 1)
     parts = [f"{key.replace('_', ' ')} {human_bytes(size[key])} ({100 * size[key] / total:.0f}%)"
@@ -67,20 +71,22 @@ def render_summary(info: dict[str, Any], bold: Style) -> str:
 
 def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
     lines = [bold(f"method {m['name']}: ") +
-             f"{m['instruction_count']} instructions in {m['chains']} chain(s), "
-             f"{m['kernel_calls']} kernel calls, {m['values']['count']} values"]
+             f"{plural(m['instruction_count'], 'instruction')} in "
+             f"{plural(m['chains'], 'chain')}, {plural(m['kernel_calls'], 'kernel call')}, "
+             f"{plural(m['values']['count'], 'value')}"]
     lines.append(f"  inputs:  {_io(m['inputs'])}")
     lines.append(f"  outputs: {_io(m['outputs'])}")
     ops = sorted(m["operators"], key=lambda o: (-o["calls"], o["name"]))
     if ops:
         width = max(len(_qualified(o)) for o in ops)
         lines.append(f"  operators ({len(ops)}):")
-        lines.extend(_cut([f"    {_qualified(o):<{width}}  {o['calls']:>5} calls" for o in ops],
+        lines.extend(_cut([f"    {_qualified(o):<{width}}  {plural(o['calls'], 'call'):>10}" for o in ops],
                           "    "))
     plan = m["memory_plan"]
     buffers = plan["buffers"]
-    lines.append(f"  memory plan: {len(buffers)} buffer(s), {human_bytes(plan['total_bytes'])}, "
-                 f"{plan['planned_tensors']} planned tensors")
+    lines.append(f"  memory plan: {plural(len(buffers), 'buffer')}, "
+                 f"{human_bytes(plan['total_bytes'])}, "
+                 f"{plural(plan['planned_tensors'], 'planned tensor')}")
     lines.extend(_cut([f"    buffer {b['id']}: {b['bytes']} B" for b in buffers], "    "))
     if m["delegates"]:
         lines.append(f"  delegates ({len(m['delegates'])}):")
