@@ -98,7 +98,9 @@ def _read(data: memoryview) -> ProgramFile:
 def _segment_spans(buf: CheckedBuffer, header: ExtendedHeader | None,
                    file_size: int) -> list[tuple[int, int]]:
     ranges = segment_ranges(buf)
-    if ranges and header is None:
+    # ExecuTorch writes one empty segment, and no header, when a program has
+    # no constant data; only segments with bytes need a header to be found.
+    if header is None and any(length for _, length in ranges):
         raise FormatError("the program has data segments but the file has no extended header "
                           "to locate them", field="segments")
     spans = []
