@@ -7,6 +7,7 @@ and to write it back (exirc's `serialize` vs `serialize_pte_binary`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from bench.common import best_seconds, ratio
@@ -24,10 +25,10 @@ def run() -> list[dict[str, Any]]:
         data, _ = executorch_pte(name)
         ours_program = deserialize(data)
         theirs_file = executorch_read(data)
-        read_ours = best_seconds(lambda: deserialize(data))
-        read_theirs = best_seconds(lambda: executorch_read(data))
-        write_ours = best_seconds(lambda: serialize(ours_program))
-        write_theirs = best_seconds(lambda: serialize_pte_binary(theirs_file))
+        read_ours = best_seconds(functools.partial(deserialize, data))
+        read_theirs = best_seconds(functools.partial(executorch_read, data))
+        write_ours = best_seconds(functools.partial(serialize, ours_program))
+        write_theirs = best_seconds(functools.partial(serialize_pte_binary, theirs_file))
         rows.append({
             "model": name,
             "bytes": len(data),

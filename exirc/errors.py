@@ -86,4 +86,6 @@ class InternalError(ExircError):
 
     exit_code = 1
     code = "E0100"
-    default_hint = "this is a bug in exirc; please report it with the command you ran and --debug output"
+    default_hint = (
+        "this is a bug in exirc; please report it with the command you ran and --debug output"
+    )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Union
 
 # Version of the program schema we write (Program.version).
 SCHEMA_VERSION = 0
@@ -249,10 +248,10 @@ class OptionalTensorList:
     items: list[int]
 
 
-EValue = Union[
-    Null, Int, Bool, Double, Tensor, String, IntList, DoubleList, BoolList, TensorList,
-    OptionalTensorList,
-]
+EValue = (
+    Null | Int | Bool | Double | Tensor | String | IntList | DoubleList | BoolList | TensorList
+    | OptionalTensorList
+)
 """Schema: table EValue; the member's class is the union's type tag."""
 
 # Union tags of KernelTypes, in schema order (0 is NONE).
@@ -306,7 +305,7 @@ class FreeCall:
     value_index: int
 
 
-Instruction = Union[KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall]
+Instruction = KernelCall | DelegateCall | MoveCall | JumpFalseCall | FreeCall
 """Schema: table Instruction; the member's class is the union's type tag."""
 
 INSTRUCTION_TYPES: tuple[type, ...] = (KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall)

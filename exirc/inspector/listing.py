@@ -83,8 +83,8 @@ def instruction_text(plan: P.ExecutionPlan, instr: P.Instruction) -> str:
         return f"{result} = {op}({', '.join(args)})"
     if isinstance(instr, P.DelegateCall):
         name = plan.delegates[instr.delegate_index].id
-        args = ", ".join(f"%{i}" for i in instr.args)
-        return f"delegate[{instr.delegate_index}] {name}({args})"
+        operands = ", ".join(f"%{i}" for i in instr.args)
+        return f"delegate[{instr.delegate_index}] {name}({operands})"
     if isinstance(instr, P.MoveCall):
         return f"%{instr.move_to} = move %{instr.move_from}"
     if isinstance(instr, P.JumpFalseCall):

@@ -59,7 +59,8 @@ def render_summary(info: dict[str, Any], bold: Style) -> str:
         lines.extend(_render_method(method, bold))
     c = info["constants"]
     lines.append("")
-    lines.append(bold("constants: ") + f"{plural(c['count'], 'tensor')}, {human_bytes(c['bytes'])}")
+    lines.append(bold("constants: ") +
+                 f"{plural(c['count'], 'tensor')}, {human_bytes(c['bytes'])}")
     size = info["size"]
     total = max(size["total"], 1)
     parts = [f"{key.replace('_', ' ')} {human_bytes(size[key])} ({100 * size[key] / total:.0f}%)"
@@ -80,8 +81,8 @@ def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
     if ops:
         width = max(len(_qualified(o)) for o in ops)
         lines.append(f"  operators ({len(ops)}):")
-        lines.extend(_cut([f"    {_qualified(o):<{width}}  {plural(o['calls'], 'call'):>10}" for o in ops],
-                          "    "))
+        rows = [f"    {_qualified(o):<{width}}  {plural(o['calls'], 'call'):>10}" for o in ops]
+        lines.extend(_cut(rows, "    "))
     plan = m["memory_plan"]
     buffers = plan["buffers"]
     lines.append(f"  memory plan: {plural(len(buffers), 'buffer')}, "

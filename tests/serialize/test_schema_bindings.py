@@ -18,4 +18,4 @@ def test_generated_bindings_match_schema(tmp_path: Path) -> None:
     committed = sorted(p.name for p in TARGET.glob("*.py"))
     assert fresh == committed, "tables added or removed: run `make schema`"
     _, mismatch, errors = filecmp.cmpfiles(tmp_path, TARGET, fresh, shallow=False)
-    assert not mismatch and not errors, f"bindings drifted from schema: {mismatch}; run `make schema`"
+    assert not mismatch and not errors, f"bindings drifted: {mismatch}; run `make schema`"

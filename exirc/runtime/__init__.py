@@ -1,0 +1,1 @@
+"""The reference interpreter: load and run .pte programs."""
