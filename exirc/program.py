@@ -496,11 +496,20 @@ class Program:
         segment = self.constant_segment
         if segment is not None and segment.offsets:
             data = self.segments[segment.segment_index].data
-            start = segment.offsets[data_buffer_idx]
-            ends = segment.offsets[data_buffer_idx + 1:]
-            end = ends[0] if ends else len(data)
+            start, end = constant_span(segment.offsets, data_buffer_idx, len(data))
             return data[start:end]
         return self.constant_buffer[data_buffer_idx].storage
+
+
+def constant_span(offsets: list[int], index: int, segment_size: int) -> tuple[int, int]:
+    """(start, end) of constant buffer `index` inside its segment.
+
+    A buffer ends where the next one starts, or at the segment's end for the
+    last; a next offset below this one (a malformed file) leaves it empty.
+    """
+    start = offsets[index]
+    end = offsets[index + 1] if index + 1 < len(offsets) else segment_size
+    return start, max(start, min(end, segment_size))
 
 
 def pack_subsegments(buffers: list[bytes], alignment: int) -> tuple[bytes, list[int]]:

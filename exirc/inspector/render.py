@@ -26,6 +26,12 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def clean(text: str) -> str:
+    """Names come from the file: escape control characters so a crafted name
+    cannot forge lines of the report."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
@@ -42,7 +48,7 @@ def _io(entries: list[dict[str, Any]]) -> str:
 
 def render_summary(info: dict[str, Any], bold: Style) -> str:
     f = info["file"]
-    lines = [bold(f"{f['path'] or '<bytes>'}: program file (ET12, schema v{f['schema_version']}), "
+    lines = [bold(f"{clean(f['path'] or '<bytes>')}: program file (ET12, schema v{f['schema_version']}), "
                   f"{human_bytes(f['size'])}")]
     header = f["header"]
     if header:
@@ -71,7 +77,7 @@ def render_summary(info: dict[str, Any], bold: Style) -> str:
 
 
 def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
-    lines = [bold(f"method {m['name']}: ") +
+    lines = [bold(f"method {clean(m['name'])}: ") +
              f"{plural(m['instruction_count'], 'instruction')} in "
              f"{plural(m['chains'], 'chain')}, {plural(m['kernel_calls'], 'kernel call')}, "
              f"{plural(m['values']['count'], 'value')}"]
@@ -91,7 +97,7 @@ def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
     lines.extend(_cut([f"    buffer {b['id']}: {b['bytes']} B" for b in buffers], "    "))
     if m["delegates"]:
         lines.append(f"  delegates ({len(m['delegates'])}):")
-        lines.extend(_cut([f"    [{d['index']}] {d['id']}: {human_bytes(d['bytes'])} "
+        lines.extend(_cut([f"    [{d['index']}] {clean(d['id'])}: {human_bytes(d['bytes'])} "
                            f"({d['location']})" for d in m["delegates"]], "    "))
     else:
         lines.append("  delegates: none")
@@ -99,7 +105,8 @@ def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
 
 
 def _qualified(op: dict[str, Any]) -> str:
-    return f"{op['name']}.{op['overload']}" if op["overload"] else op["name"]
+    name = f"{op['name']}.{op['overload']}" if op["overload"] else op["name"]
+    return clean(name)
 
 
 def render_instructions(plans: list[ExecutionPlan], bold: Style) -> str:
@@ -107,6 +114,6 @@ def render_instructions(plans: list[ExecutionPlan], bold: Style) -> str:
     for plan in plans:
         if lines:
             lines.append("")
-        lines.append(bold(f"method {plan.name}:"))
-        lines.extend(listing_lines(plan))
+        lines.append(bold(f"method {clean(plan.name)}:"))
+        lines.extend(clean(line) for line in listing_lines(plan))
     return "\n".join(lines)

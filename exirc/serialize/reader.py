@@ -15,7 +15,7 @@ from exirc import program as P
 from exirc.errors import FormatError, UsageError
 from exirc.serialize.checked_buffer import CheckedBuffer
 from exirc.serialize.decode import decode_program, segment_ranges
-from exirc.serialize.header import FILE_IDENTIFIER, HEADER_OFFSET, ExtendedHeader
+from exirc.serialize.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, ExtendedHeader
 from exirc.serialize.validate import validate_program
 
 Source = bytes | bytearray | memoryview | str | os.PathLike[str]
@@ -44,6 +44,8 @@ def deserialize(source: Source) -> P.Program:
 
 def read_program_file(source: Source) -> ProgramFile:
     data = _open(source) if isinstance(source, (str, os.PathLike)) else memoryview(source)
+    if not data.c_contiguous:
+        data = memoryview(data.tobytes())
     if data.ndim != 1 or data.itemsize != 1:
         data = data.cast("B")
     return _read(data)
@@ -82,10 +84,14 @@ def _read(data: memoryview) -> ProgramFile:
         if not HEADER_OFFSET + header.length <= header.program_size <= size:
             raise FormatError(f"program_size {header.program_size} does not fit the "
                               f"{size}-byte file", field="header.program_size")
-        if header.segment_base_offset > size:
-            raise FormatError(f"segment_base_offset {header.segment_base_offset} is past the "
-                              f"end of the {size}-byte file", field="header.segment_base_offset")
         program_size = header.program_size
+        segments_end = header.segment_base_offset + header.segment_data_size
+        if header.segment_data_size and not program_size <= header.segment_base_offset:
+            raise FormatError(f"segment_base_offset {header.segment_base_offset} lies inside "
+                              f"the {program_size}-byte program", field="header.segment_base_offset")
+        if segments_end > size:
+            raise FormatError(f"segment data ends at {segments_end}, past the end of the "
+                              f"{size}-byte file", field="header.segment_data_size")
 
     buf = CheckedBuffer(data[:program_size])
     program = decode_program(buf)
@@ -105,10 +111,12 @@ def _segment_spans(buf: CheckedBuffer, header: ExtendedHeader | None,
                           "to locate them", field="segments")
     spans = []
     base = header.segment_base_offset if header else 0
+    # Older headers (24 bytes) do not say how much segment data there is.
+    limit = header.segment_data_size if header and header.length >= HEADER_LENGTH \
+        else file_size - base
     for i, (offset, length) in enumerate(ranges):
-        start = base + offset
-        if start + length > file_size:
-            raise FormatError(f"segment of {length} bytes at file offset {start} runs past the "
-                              f"end of the {file_size}-byte file", field=f"segments[{i}]")
-        spans.append((start, length))
+        if length and offset + length > limit:
+            raise FormatError(f"segment of {length} bytes at offset {offset} runs past the "
+                              f"{limit} bytes of segment data", field=f"segments[{i}]")
+        spans.append((base + offset, length))
     return spans

@@ -51,8 +51,9 @@ def _constant_sizes(program: P.Program) -> list[int]:
     """Bytes available to each constant buffer (to the next start or the end)."""
     sub = program.constant_segment
     if sub is not None and sub.offsets:
-        end = len(program.segments[sub.segment_index].data)
-        return [max(0, end - offset) for offset in sub.offsets]
+        size = len(program.segments[sub.segment_index].data)
+        spans = (P.constant_span(sub.offsets, i, size) for i in range(len(sub.offsets)))
+        return [end - start for start, end in spans]
     return [len(buffer.storage) for buffer in program.constant_buffer]
 
 

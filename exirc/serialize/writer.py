@@ -63,9 +63,11 @@ from exirc.serialize.header import (
     align_up,
 )
 
-# The FlatBuffer's own alignment never exceeds this (force_align: 16), so
-# inserting a header of a multiple of it keeps every field aligned.
-_MAX_FLATBUFFER_ALIGNMENT = 16
+# The schema's force_align for inline tensor and delegate data.
+_FORCE_ALIGN = 16
+# The FlatBuffer's own alignment never exceeds this, so inserting a header
+# of a multiple of it keeps every field aligned.
+_MAX_FLATBUFFER_ALIGNMENT = _FORCE_ALIGN
 
 
 def serialize(program: P.Program, *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
@@ -94,9 +96,12 @@ def _insert_header(flatbuffer: bytes, segments: Sequence[P.DataSegment],
         raise InternalError("extended header length breaks FlatBuffer alignment")
     root_offset = int.from_bytes(flatbuffer[0:4], "little") + HEADER_LENGTH
     program_size = len(flatbuffer) + HEADER_LENGTH
-    segment_base = align_up(program_size, segment_alignment)
+    # Without segments the base is the end of the program, not a padded
+    # offset past the end of the file.
+    segment_base = program_size
     segment_data_size = 0
     if segments:
+        segment_base = align_up(program_size, segment_alignment)
         segment_data_size = segment_offsets[-1] + len(segments[-1].data)
     header = ExtendedHeader(program_size, segment_base, segment_data_size)
 
@@ -130,10 +135,10 @@ class _FlatBufferWriter:
     def _offsets(self, start: Callable[[Any, int], Any], offsets: Sequence[int]) -> int:
         return self._vector(start, self.b.PrependUOffsetTRelative, offsets)
 
-    def _bytes(self, start: Callable[[Any, int], Any], data: bytes | memoryview) -> int:
-        # Like Builder.CreateByteVector, but keeping the alignment the
-        # schema's start function asks for (force_align).
-        start(self.b, len(data))
+    def _bytes(self, data: bytes | memoryview, alignment: int = 1) -> int:
+        # Like Builder.CreateByteVector, with an alignment: the generated
+        # start functions ignore the schema's force_align.
+        self.b.StartVector(1, len(data), alignment)
         self.b.head -= len(data)
         self.b.Bytes[self.b.head:self.b.head + len(data)] = data
         return int(self.b.EndVector())
@@ -180,13 +185,13 @@ class _FlatBufferWriter:
         return bytes(b.Output())
 
     def buffer(self, buffer: P.Buffer) -> int:
-        storage = self._bytes(Buffer.StartStorageVector, buffer.storage)
+        storage = self._bytes(buffer.storage, _FORCE_ALIGN)
         Buffer.Start(self.b)
         Buffer.AddStorage(self.b, storage)
         return int(Buffer.End(self.b))
 
     def inline_data(self, inline: P.BackendDelegateInlineData) -> int:
-        data = self._bytes(BackendDelegateInlineData.StartDataVector, inline.data)
+        data = self._bytes(inline.data, _FORCE_ALIGN)
         BackendDelegateInlineData.Start(self.b)
         BackendDelegateInlineData.AddData(self.b, data)
         return int(BackendDelegateInlineData.End(self.b))
@@ -288,7 +293,7 @@ class _FlatBufferWriter:
         specs = []
         for spec in delegate.compile_specs:
             key = self._string(spec.key)
-            value = self._bytes(CompileSpec.StartValueVector, spec.value)
+            value = self._bytes(spec.value)
             CompileSpec.Start(b)
             if key is not None:
                 CompileSpec.AddKey(b, key)
