@@ -67,6 +67,13 @@ class ModelError(ExircError):
     code = "E0310"
 
 
+class DialectError(ExircError):
+    """A graph breaks its dialect's contract (found by a verifier between stages)."""
+
+    exit_code = 3
+    code = "E0330"
+
+
 class UnsupportedOperatorError(ExircError):
     """An operator has no kernel or no out-variant on the chosen target."""
 

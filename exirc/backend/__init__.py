@@ -1,0 +1,1 @@
+"""Stage: backend. Edge dialect -> Backend dialect (target ops bound to patterns)."""

@@ -1,0 +1,91 @@
+"""The backend op registry: each op bound to the pattern it stands for.
+
+A backend op is a name the runtime resolves (e.g. `exirc::addmm_relu`) plus
+a pattern: an FX-traceable function of Edge ops. The pattern is the op's
+reference implementation (calling the op runs it), the fusion pass finds it
+in graphs, and tracing it recovers the subgraph the op replaced. Ops are
+plain Python callables, not torch.library ops, so registering ours never
+clashes with another library registering the same namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# Kernel for the out-variant: fn(*args, out) writes the result into out.
+OutKernel = Callable[..., Any]
+
+
+@dataclass(frozen=True, eq=False)
+class BackendOp:
+    """One backend op; `_schema` is its out-variant's, as the emitter needs."""
+
+    qualified_name: str             # "exirc::addmm_relu"
+    pattern: Callable[..., Any]     # reference implementation, traceable
+    _schema: torch._C.FunctionSchema  # the out-variant schema
+    out_kernel: OutKernel | None = None
+
+    @property
+    def kernel_name(self) -> tuple[str, str]:
+        return self.qualified_name, self._schema.overload_name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs = {k: v for k, v in kwargs.items() if k not in self.out_names}
+        return self.pattern(*args, **kwargs)
+
+    @property
+    def out_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self._schema.arguments if a.is_out)
+
+    def __repr__(self) -> str:
+        return f"{self.qualified_name}.{self._schema.overload_name}"
+
+    __name__ = property(lambda self: repr(self))  # type: ignore[assignment]
+
+
+REGISTRY: dict[str, BackendOp] = {}
+
+
+def bind_pattern_to_op(schema: str, *, out_kernel: OutKernel | None = None
+                       ) -> Callable[[Callable[..., Any]], BackendOp]:
+    """Decorator: bind the decorated pattern to the op whose out-variant
+    schema is `schema`, e.g.
+    "exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, Tensor(a!) out)
+    -> Tensor(a!)"."""
+    parsed = torch._C.parse_schema(schema)
+
+    def bind(pattern: Callable[..., Any]) -> BackendOp:
+        op = BackendOp(parsed.name, pattern, parsed, out_kernel)
+        REGISTRY[f"{parsed.name}.{parsed.overload_name}"] = op
+        return op
+
+    return bind
+
+
+def registered_kernel_names() -> frozenset[str]:
+    return frozenset(REGISTRY)
+
+
+# --------------------------------------------------------------------------
+# Fusions shipped with exirc.
+# --------------------------------------------------------------------------
+
+aten = torch.ops.aten
+
+
+def _addmm_relu_kernel(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor,
+                       out: torch.Tensor) -> torch.Tensor:
+    torch.addmm(bias, mat1, mat2, out=out)
+    return out.relu_()
+
+
+@bind_pattern_to_op(
+    "exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, Tensor(a!) out) "
+    "-> Tensor(a!)", out_kernel=_addmm_relu_kernel)
+def addmm_relu(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    """relu(bias + mat1 @ mat2): a linear layer and its activation, one pass over memory."""
+    return aten.relu.default(aten.addmm.default(bias, mat1, mat2))

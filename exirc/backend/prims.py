@@ -1,0 +1,68 @@
+"""SymInt prims: size arithmetic as kernels the runtime can run.
+
+torch.export leaves Python `operator.*` calls on SymInts in the graph (e.g.
+`sym_size(x, 0) * 2` for a reshape under a dynamic batch). The runtime
+cannot call Python, so each becomes an `executorch_prim::*` op whose pattern
+is the very operator it replaces.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from exirc.backend.ops import BackendOp, bind_pattern_to_op
+from exirc.passes.contract import Pass, PassResult
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+
+def _prim(name: str, fn: Any, returns: str = "Scalar", arity: int = 2) -> BackendOp:
+    params = "Scalar a, Scalar b" if arity == 2 else "Scalar a"
+    return bind_pattern_to_op(f"executorch_prim::{name}({params}) -> {returns}")(fn)
+
+
+PRIMS: dict[Any, BackendOp] = {
+    operator.add: _prim("add.Scalar", operator.add),
+    operator.sub: _prim("sub.Scalar", operator.sub),
+    operator.mul: _prim("mul.Scalar", operator.mul),
+    operator.floordiv: _prim("floordiv.Scalar", operator.floordiv),
+    operator.truediv: _prim("truediv.Scalar", operator.truediv),
+    operator.mod: _prim("mod.Scalar", operator.mod),
+    operator.eq: _prim("eq.Scalar", operator.eq, "bool"),
+    operator.gt: _prim("gt.Scalar", operator.gt, "bool"),
+    operator.lt: _prim("lt.Scalar", operator.lt, "bool"),
+    operator.ge: _prim("ge.Scalar", operator.ge, "bool"),
+    operator.le: _prim("le.Scalar", operator.le, "bool"),
+    operator.neg: _prim("neg.Scalar", operator.neg, arity=1),
+    torch.sym_float: _prim("sym_float.Scalar", float, "float", arity=1),
+    torch.sym_max: _prim("sym_max.Scalar", max),
+    torch.sym_min: _prim("sym_min.Scalar", min),
+    math.floor: _prim("floor.Scalar", math.floor, "int", arity=1),
+}
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+@dataclass(frozen=True)
+class SymIntToPrims(Pass):
+    """Edge -> Backend: Python operators on SymInts become executorch_prim ops."""
+
+    name: ClassVar[str] = "sym_prims"
+
+    def run(self, program: ExportedProgram) -> PassResult:
+        changed = False
+        for node in program.graph_module.graph.nodes:
+            if node.op != "call_function" or node.target not in PRIMS:
+                continue
+            if isinstance(node.meta.get("val"), _SYMBOLIC):
+                node.target = PRIMS[node.target]
+                changed = True
+        if changed:
+            program.graph_module.recompile()
+        return PassResult(program, changed)

@@ -1,0 +1,29 @@
+"""The Backend dialect verifier: Edge ops plus registered backend ops only.
+
+Python operators left on SymInts are errors here: the runtime cannot call
+Python, so the sym_prims pass must have turned them into prim ops.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from exirc.backend.ops import BackendOp
+from exirc.edge.ops import is_edge_op
+from exirc.errors import DialectError
+from exirc.source import describe_node
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+
+def verify_backend(program: ExportedProgram) -> None:
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if isinstance(node.target, BackendOp) or is_edge_op(node.target):
+            continue
+        raise DialectError(
+            f"{describe_node(node)} is neither an Edge op nor a registered backend op",
+            hint="size arithmetic needs the sym_prims pass; other Python calls must be "
+                 "registered with exirc.backend.ops.bind_pattern_to_op")

@@ -1,0 +1,161 @@
+"""The compiler: a PyTorch model -> a `.pte` program.
+
+`compile_methods` is the table of contents of the pipeline, a line a stage.
+`compile_module` and `compile_model` (what `exirc compile` calls) capture
+the model first. Heavy imports happen inside the functions so importing
+`exirc.compiler` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exirc import program as P
+from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    target: str = "portable"
+    pipeline: str | Path | None = None  # a YAML file replacing the target's default
+    print_ir_after_all: bool = False
+    dump_dir: Path | None = None
+    verify_stages: bool = True
+
+
+@dataclass
+class CompileReport:
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    instructions: int = 0
+    kernel_calls: int = 0
+    arena_bytes: int = 0
+    lower_bound_bytes: int = 0
+    constant_bytes: int = 0
+    file_bytes: int = 0
+    instrument: Instrumentation | None = None
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.stage_seconds.values())
+
+
+@dataclass
+class CompileResult:
+    program: P.Program
+    data: bytes
+    report: CompileReport
+
+    def save(self, path: str | Path) -> None:
+        write_atomically(Path(path), self.data)
+
+
+def _verifiers(target: str) -> dict[str, Verifier]:
+    from exirc.aten.verify import verify_aten
+    from exirc.backend.kernels import check_kernels
+    from exirc.backend.verify import verify_backend
+    from exirc.edge.verify import verify_edge
+
+    def verify_plan(program: ExportedProgram) -> None:
+        check_kernels(program.graph_module, target)
+
+    return {"aten": verify_aten, "edge": verify_edge, "backend": verify_backend,
+            "plan": verify_plan}
+
+
+def compile_methods(methods: dict[str, ExportedProgram],
+                    options: CompileOptions = CompileOptions()) -> CompileResult:
+    """ATen-dialect methods (from torch.export) -> a serialized program."""
+    from exirc.emit import emit_program
+    from exirc.passes.pipeline import load_pipeline
+    from exirc.serialize import serialize
+
+    pipeline = load_pipeline(options.target, options.pipeline)
+    instrument = Instrumentation(options.print_ir_after_all, options.dump_dir)
+    report = CompileReport(instrument=instrument)
+    verifiers = _verifiers(pipeline.target) if options.verify_stages else {}
+    planned = {}
+    for name, exported in methods.items():
+        # aten -> edge -> backend -> plan, each stage's verifier after it
+        planned[name] = run_pipeline(exported, pipeline, method=name, verifiers=verifiers,
+                                     instrument=instrument, stage_seconds=report.stage_seconds)
+    started = time.perf_counter()
+    program = emit_program(planned)                   # graphs -> program model
+    report.stage_seconds["emit"] = time.perf_counter() - started
+    started = time.perf_counter()
+    data = serialize(program)                         # program model -> .pte bytes
+    report.stage_seconds["serialize"] = time.perf_counter() - started
+    _fill_report(report, program, planned, len(data))
+    return CompileResult(program, data, report)
+
+
+def _fill_report(report: CompileReport, program: P.Program,
+                 planned: dict[str, ExportedProgram], file_bytes: int) -> None:
+    for plan in program.execution_plan:
+        for chain in plan.chains:
+            report.instructions += len(chain.instructions)
+            report.kernel_calls += sum(isinstance(i, P.KernelCall) for i in chain.instructions)
+    for exported in planned.values():
+        memory = exported.graph_module.meta.get("memory_plan")
+        report.arena_bytes += int(getattr(memory, "arena_bytes", 0))
+        report.lower_bound_bytes += int(getattr(memory, "lower_bound", 0))
+    if program.constant_segment is not None and program.segments:
+        report.constant_bytes = len(program.segments[program.constant_segment.segment_index].data)
+    report.file_bytes = file_bytes
+
+
+def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
+                   dynamic_shapes: Any = None,
+                   methods: dict[str, tuple[Any, ...]] | None = None,
+                   options: CompileOptions = CompileOptions()) -> CompileResult:
+    """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes]))."""
+    from exirc.capture import MethodSource, capture
+
+    sources = {"forward": MethodSource("forward", module, tuple(example_inputs),
+                                       dynamic_shapes, None, "<module>")}
+    for name, entry in (methods or {}).items():
+        extra_module, extra_inputs, *shapes = entry
+        sources[name] = MethodSource(name, extra_module, tuple(extra_inputs),
+                                     shapes[0] if shapes else None, None, "<module>")
+    started = time.perf_counter()
+    exported = {name: capture(source) for name, source in sources.items()}
+    capture_seconds = time.perf_counter() - started
+    result = compile_methods(exported, options)
+    result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
+    return result
+
+
+def compile_model(spec: str, options: CompileOptions = CompileOptions()) -> CompileResult:
+    """Compile what `exirc compile SPEC` names: model.py, model.py:factory, .pt2, ..."""
+    from exirc.capture import capture, load_model
+
+    started = time.perf_counter()
+    loaded = load_model(spec)
+    exported = {name: capture(source) for name, source in loaded.methods.items()}
+    capture_seconds = time.perf_counter() - started
+    result = compile_methods(exported, options)
+    result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
+    return result
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write via a temporary file and a rename: never a partial file at `path`."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

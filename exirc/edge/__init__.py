@@ -1,0 +1,1 @@
+"""Stage: edge. ATen dialect -> Edge dialect (core ATen ops, dtype-checked)."""

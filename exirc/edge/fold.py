@@ -1,0 +1,85 @@
+"""Constant folding: compute at compile time what depends only on constants.
+
+A linear layer's `permute_copy` of its weight, for example, depends only on
+the parameter; ExecuTorch's pipeline leaves it to run on every call. Here it
+becomes a new constant holding the permuted weight, and the original
+parameter is dropped by dead-code elimination if nothing else reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch.fx import Node
+from torch.utils._pytree import tree_map_only
+
+from exirc.edge.constants import add_constant, constant_tensor
+from exirc.passes.contract import Pass, PassResult
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+
+def _is_foldable_op(target: Any) -> bool:
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    tags = target.tags
+    # Random ops must run every call; ops that create tensors from nothing
+    # (full, arange, ...) are cheap to keep and folding them only grows files
+    # when their output is big, which max_bytes also guards.
+    return torch.Tag.nondeterministic_seeded not in tags and not target._schema.is_mutable
+
+
+@dataclass(frozen=True)
+class ConstantFold(Pass):
+    """Edge -> Edge: replace constant-only subgraphs with constants.
+
+    A node folds when it is a deterministic ATen op whose tensor inputs are
+    all constants (or folded nodes). Only the frontier (folded nodes that a
+    non-folded node reads) becomes new constants, and only when each is at
+    most `max_bytes`, so folding never blows up the file (think `expand`).
+    """
+
+    name: ClassVar[str] = "constant_fold"
+    max_bytes: int = 1 << 24
+
+    def run(self, program: ExportedProgram) -> PassResult:
+        graph = program.graph_module.graph
+        values: dict[Node, torch.Tensor] = {}
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                tensor = constant_tensor(program, node)
+                if tensor is not None:
+                    values[node] = tensor
+            elif node.op == "call_function" and _is_foldable_op(node.target):
+                folded = self._evaluate(node, values)
+                if folded is not None:
+                    values[node] = folded
+
+        changed = False
+        for node, value in values.items():
+            if node.op == "placeholder":
+                continue
+            readers = [user for user in node.users if user not in values]
+            if not readers or value.nbytes > self.max_bytes:
+                continue
+            replacement = add_constant(program, f"_folded_{node.name}", value.contiguous())
+            replacement.meta["stack_trace"] = node.meta.get("stack_trace")
+            node.replace_all_uses_with(replacement, delete_user_cb=lambda u: u not in values)
+            changed = True
+        if changed:
+            graph.eliminate_dead_code()
+            program.graph_module.recompile()
+        return PassResult(program, changed)
+
+    @staticmethod
+    def _evaluate(node: Node, values: dict[Node, torch.Tensor]) -> torch.Tensor | None:
+        inputs = [a for a in node.all_input_nodes]
+        if not inputs or any(a not in values for a in inputs):
+            return None
+        args, kwargs = tree_map_only(Node, lambda n: values[n], (node.args, node.kwargs))
+        with torch.no_grad():
+            result = node.target(*args, **kwargs)  # type: ignore[operator]
+        return result if isinstance(result, torch.Tensor) else None

@@ -1,0 +1,63 @@
+"""Removing copies that copy nothing.
+
+Decomposition leaves `view_copy` and `expand_copy` nodes whose output has
+the input's shape and dtype (e.g. a reshape of a [1, 5, 8] tensor to
+[1, 5, 8]). Each would cost a kernel call and a planned buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch.fx import Node
+
+from exirc.passes.contract import Pass, PassResult
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+aten = torch.ops.aten
+_COPIES = {aten.view_copy.default, aten.expand_copy.default, aten.alias_copy.default,
+           aten.clone.default, aten._to_copy.default, aten.permute_copy.default}
+
+
+def _is_noop(node: Node) -> bool:
+    source = node.args[0]
+    if not isinstance(source, Node):
+        return False
+    before, after = source.meta.get("val"), node.meta.get("val")
+    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
+        return False
+    if node.target is aten.permute_copy.default and \
+            list(node.args[1]) != list(range(before.dim())):  # type: ignore[arg-type]
+        return False
+    if node.target is aten._to_copy.default and set(node.kwargs) - {"dtype"}:
+        return False
+    return before.dtype == after.dtype and before.shape == after.shape
+
+
+@dataclass(frozen=True)
+class RemoveNoopCopies(Pass):
+    """Edge -> Edge: drop copies whose output equals their input.
+
+    A copy the method returns stays, so an output never aliases an input.
+    """
+
+    name: ClassVar[str] = "remove_noop_copies"
+
+    def run(self, program: ExportedProgram) -> PassResult:
+        changed = False
+        graph = program.graph_module.graph
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target not in _COPIES or not _is_noop(node):
+                continue
+            if any(user.op == "output" for user in node.users):
+                continue
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+            changed = True
+        if changed:
+            program.graph_module.recompile()
+        return PassResult(program, changed)

@@ -1,0 +1,58 @@
+"""Which operators the Edge dialect admits.
+
+The core ATen op set (ops tagged `torch.Tag.core`), the functional `_copy`
+twins of its view ops (views become copies on the way to Edge), size
+queries on SymInts, `getitem` on multi-output ops and the higher-order
+control-flow ops.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import torch
+
+from exirc.edge.lower import copy_twin
+
+# Size queries return SymInts, not tensors: they stay until the backend
+# stage turns size arithmetic into prim ops.
+SIZE_OPS = frozenset({"aten::sym_size.int", "aten::sym_numel", "aten::sym_stride.int",
+                      "aten::sym_storage_offset"})
+
+
+def qualified_name(op: torch._ops.OpOverload) -> str:
+    return f"{op._schema.name}.{op._overloadname}" if op._overloadname != "default" \
+        else op._schema.name
+
+
+@functools.lru_cache(maxsize=1)
+def _copy_twins() -> frozenset[Any]:
+    twins = set()
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if torch.Tag.core in op.tags and op.is_view:
+                twin = copy_twin(op)
+                if twin is not None:
+                    twins.add(twin)
+    return frozenset(twins)
+
+
+def is_edge_op(target: Any) -> bool:
+    if target is operator.getitem:
+        return True
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if f"{target._schema.name}.{target._overloadname}" in SIZE_OPS or \
+            target._schema.name in SIZE_OPS:
+        return True
+    if target.is_view:
+        return False  # views must have become copies
+    return torch.Tag.core in target.tags or target in _copy_twins()

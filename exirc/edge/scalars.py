@@ -1,0 +1,54 @@
+"""Scalars to tensors: the Edge dialect has no scalars on tensor edges.
+
+After decomposition, ops such as `aten.mul.Tensor(x, 0.35)` carry a Python
+number where the schema says Tensor (torch wraps it at run time). Kernels
+of the Edge dialect take tensors there, so the number becomes a 0-d
+constant tensor. A 0-d tensor promotes like the wrapped number it replaces
+(it never widens a tensor of the same category), so results are unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from exirc.edge.constants import add_constant
+from exirc.passes.contract import Pass, PassResult
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+
+def _is_tensor_type(type_name: str) -> bool:
+    return type_name in ("Tensor", "Optional[Tensor]")
+
+
+@dataclass(frozen=True)
+class ScalarsToTensors(Pass):
+    """Edge -> Edge: numbers passed as Tensor arguments become 0-d constants."""
+
+    name: ClassVar[str] = "scalars_to_tensors"
+
+    def run(self, program: ExportedProgram) -> PassResult:
+        changed = False
+        for node in list(program.graph_module.graph.nodes):
+            target = node.target
+            if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+                continue
+            args = list(node.args)
+            for position, argument in enumerate(target._schema.arguments):
+                if position >= len(args) or argument.kwarg_only:
+                    break
+                value = args[position]
+                if _is_tensor_type(str(argument.type)) and \
+                        isinstance(value, (bool, int, float)):
+                    name = f"_scalar_{node.name}_{argument.name}"
+                    constant = add_constant(program, name, torch.tensor(value))
+                    args[position] = constant
+                    changed = True
+            node.args = tuple(args)
+        if changed:
+            program.graph_module.recompile()
+        return PassResult(program, changed)

@@ -1,0 +1,49 @@
+"""The program's constant data: each distinct tensor stored once.
+
+Deduplication is by content (dtype and bytes), across all methods, so a
+weight shared by two methods, or two equal folded constants, costs its bytes
+once in the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from exirc import program as P
+from exirc.serialize.header import CONSTANT_ALIGNMENT
+
+
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    flat = tensor.detach().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+class ConstantTable:
+    def __init__(self) -> None:
+        # Buffer 0 is reserved: data_buffer_idx 0 means "no constant data".
+        self.buffers: list[bytes] = [b""]
+        self._index: dict[tuple[str, bytes], int] = {}
+
+    def add(self, tensor: torch.Tensor) -> int:
+        data = tensor_bytes(tensor)
+        key = (str(tensor.dtype), hashlib.sha256(data).digest())
+        index = self._index.get(key)
+        if index is None:
+            index = len(self.buffers)
+            self.buffers.append(data)
+            self._index[key] = index
+        return index
+
+    def attach(self, program: P.Program) -> None:
+        """Store the buffers as the program's constant segment.
+
+        A program without constants still gets a constant segment holding
+        the reserved entry: ExecuTorch's runtime reads a file with segments
+        but no constant offsets as the deprecated inline constant_buffer
+        layout, which its builds no longer support.
+        """
+        segment, offsets = P.pack_subsegments(self.buffers, CONSTANT_ALIGNMENT)
+        program.constant_segment = P.SubsegmentOffsets(len(program.segments), offsets)
+        program.segments.append(P.DataSegment(segment))

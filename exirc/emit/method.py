@@ -1,0 +1,208 @@
+"""One method: an out-variant graph -> an `ExecutionPlan`.
+
+Nodes are emitted in graph order, in the spirit of torch.fx's interpreter:
+placeholders become input or constant values, `alloc` nodes planned
+tensors, kernel calls `KernelCall` instructions whose args are the schema's
+arguments (outs included) followed by the return values, and the output
+node the plan's outputs.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.export.graph_signature import InputKind, TensorArgument
+from torch.fx import Node
+
+from exirc import program as P
+from exirc.emit.constants import ConstantTable
+from exirc.emit.frames import parse_stack_trace
+from exirc.emit.values import ValueTable
+from exirc.errors import InternalError, UnsupportedOperatorError
+from exirc.plan.alloc import is_alloc
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+ARENA_ID = 1
+
+
+def operator_name(target: Any) -> tuple[str, str]:
+    """(name, overload) of a kernel, e.g. ("aten::add", "out")."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name, target._overloadname
+    name = getattr(target, "kernel_name", None)  # backend ops carry their own
+    if isinstance(name, tuple):
+        return name
+    raise InternalError(f"no kernel name for call target {target!r}")
+
+
+def schema_of(target: Any) -> torch._C.FunctionSchema:
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        raise InternalError(f"call target {target!r} has no schema")
+    return schema
+
+
+class MethodEmitter:
+    def __init__(self, name: str, program: ExportedProgram, constants: ConstantTable) -> None:
+        self.name = name
+        self.program = program
+        self.constants = constants
+        self.table = ValueTable()
+        self.operators: list[P.Operator] = []
+        self._operator_index: dict[tuple[str, str], int] = {}
+        self.instructions: list[P.Instruction] = []
+        self.frames: list[P.FrameList] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+
+    def emit(self) -> P.ExecutionPlan:
+        specs = {s.arg.name: s for s in self.program.graph_signature.input_specs
+                 if isinstance(s.arg, TensorArgument)}
+        for node in self.program.graph_module.graph.nodes:
+            if node.op == "placeholder":
+                self.placeholder(node, specs.get(node.name))
+            elif node.op == "call_function":
+                self.call(node)
+            elif node.op == "output":
+                self.output(node)
+            elif node.op == "get_attr":
+                continue  # read by the higher-order op that uses it
+            else:
+                raise InternalError(f"cannot emit node {node.name} ({node.op})")
+        plan_meta = self.program.graph_module.meta.get("memory_plan")
+        arena = int(getattr(plan_meta, "arena_bytes", 0))
+        return P.ExecutionPlan(
+            name=self.name,
+            values=self.table.values,
+            inputs=self.inputs,
+            outputs=self.outputs,
+            chains=[P.Chain(inputs=[], outputs=[], instructions=self.instructions,
+                            stacktrace=self.frames if any(f.items for f in self.frames)
+                            else [])],
+            operators=self.operators,
+            non_const_buffer_sizes=[0, arena],
+            container_meta_type=self.container_metadata(),
+        )
+
+    # -- nodes -------------------------------------------------------------
+
+    def placeholder(self, node: Node, spec: Any) -> None:
+        fake = node.meta["val"]
+        if spec is not None and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
+                                              InputKind.CONSTANT_TENSOR):
+            tensor = self._constant(spec.target)
+            self.table.of_node[node] = self.table.tensor(
+                fake, data_buffer_idx=self.constants.add(tensor))
+            return
+        if not isinstance(fake, torch.Tensor):
+            raise UnsupportedOperatorError(
+                f"input {node.name} is a {type(fake).__name__}; methods take tensors only",
+                hint="pass scalars as 0-d tensors")
+        index = self.table.tensor(fake, allocation=self._allocation(node))
+        self.table.of_node[node] = index
+        self.inputs.append(index)
+
+    def _constant(self, target: str) -> torch.Tensor:
+        if target in self.program.constants:
+            value = self.program.constants[target]
+        else:
+            value = self.program.state_dict[target]
+        if not isinstance(value, torch.Tensor):
+            raise InternalError(f"constant {target} is not a tensor")
+        return value
+
+    def _allocation(self, node: Node) -> P.AllocationDetails | None:
+        memory = node.meta.get("memory")
+        if memory is None:
+            return None
+        memory_id, offset = memory
+        return P.AllocationDetails.at(memory_id, offset)
+
+    def call(self, node: Node) -> None:
+        target = node.target
+        if is_alloc(node):
+            self.table.of_node[node] = self.table.tensor(node.meta["val"],
+                                                         allocation=self._allocation(node))
+            return
+        if target is operator.getitem:
+            source, item = node.args
+            self.table.of_node[node] = self.table.node_value(source)[item]  # type: ignore[index]
+            return
+        self.kernel_call(node)
+
+    def kernel_call(self, node: Node) -> None:
+        schema = schema_of(node.target)
+        args = []
+        for position, argument in enumerate(schema.arguments):
+            if argument.kwarg_only or position >= len(node.args):
+                if argument.name in node.kwargs:
+                    value = node.kwargs[argument.name]
+                elif argument.has_default_value():
+                    value = argument.default_value
+                else:
+                    raise InternalError(f"{node.name}: missing argument {argument.name}")
+            else:
+                value = node.args[position]
+            args.append(self.table.argument(value, str(argument.type)))
+        results = self._results(node, schema)
+        args.extend(results)
+        key = operator_name(node.target)
+        op_index = self._operator_index.get(key)
+        if op_index is None:
+            op_index = len(self.operators)
+            self.operators.append(P.Operator(*key))
+            self._operator_index[key] = op_index
+        self.instructions.append(P.KernelCall(op_index, args))
+        self.frames.append(P.FrameList(parse_stack_trace(node.meta.get("stack_trace"))))
+
+    def _results(self, node: Node, schema: torch._C.FunctionSchema) -> list[int]:
+        """Value indices of the returns; the node's value becomes them."""
+        outs = [a for a in schema.arguments if a.is_out]
+        if outs:
+            out_values = [node.kwargs[a.name] for a in outs]
+            if len(outs) == 1 and isinstance(out_values[0], (list, tuple)):
+                items = [self.table.node_value(n) for n in out_values[0]]
+            else:
+                items = [self.table.node_value(n) for n in out_values]
+            if len(items) == 1 and not isinstance(out_values[0], (list, tuple)):
+                self.table.of_node[node] = items[0]
+                return items
+            # Several outputs (or a Tensor[] out) return one TensorList of them,
+            # as the runtime's kernel wrappers expect; getitem reads its items.
+            self.table.of_node[node] = items
+            return [self.table.add(P.TensorList(items))]
+        # No outs: the op returns a scalar (a size, a comparison) into a fresh
+        # value that the instruction overwrites at run time.
+        index = self.table.add(_scalar_result(schema, node.meta.get("val")))
+        self.table.of_node[node] = index
+        return [index]
+
+    def output(self, node: Node) -> None:
+        (results,) = node.args
+        for result in results:
+            self.outputs.append(self.table.argument(result, "Tensor"))
+
+    def container_metadata(self) -> P.ContainerMetadata:
+        from torch.utils._pytree import treespec_dumps
+
+        spec = self.program.call_spec
+        return P.ContainerMetadata(
+            encoded_inp_str=treespec_dumps(spec.in_spec) if spec.in_spec else "",
+            encoded_out_str=treespec_dumps(spec.out_spec) if spec.out_spec else "",
+        )
+
+
+def _scalar_result(schema: torch._C.FunctionSchema, value: Any) -> P.EValue:
+    """An initial value for a scalar result: its example value from tracing."""
+    returns = str(schema.returns[0].type) if schema.returns else "int"
+    node = getattr(value, "node", None)
+    hint = getattr(node, "hint", None) if node is not None else value
+    if returns == "bool":
+        return P.Bool(bool(hint))
+    if returns == "float":
+        return P.Double(float(hint or 0.0))
+    return P.Int(int(hint or 0))

@@ -1,0 +1,155 @@
+"""The pass pipeline as data: a YAML file of stages, each a list of passes.
+
+    target: portable
+    stages:
+      edge:
+        - to_edge
+        - constant_fold: {max_bytes: 16777216}
+      plan:
+        - to_out_variants
+
+A pass is named by a built-in short name or as `module:attr`, where attr is
+a `Pass` subclass (constructed with the entry's options) or a function
+`fn(program, **options) -> PassResult`. Stage order is fixed (STAGES); the
+passes inside a stage run in the order written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exirc.errors import UsageError
+from exirc.passes.contract import FunctionPass, Pass, pass_label
+
+STAGES = ("aten", "edge", "backend", "plan")
+
+BUILTIN_PASSES = {
+    "to_edge": "exirc.edge.lower:ToEdge",
+    "views_to_copies": "exirc.edge.lower:ViewsToCopies",
+    "scalars_to_tensors": "exirc.edge.scalars:ScalarsToTensors",
+    "remove_noop_copies": "exirc.edge.noops:RemoveNoopCopies",
+    "constant_fold": "exirc.edge.fold:ConstantFold",
+    "dead_code_elimination": "exirc.edge.dce:DeadCodeElimination",
+    "sym_prims": "exirc.backend.prims:SymIntToPrims",
+    "fuse": "exirc.backend.fuse:FusePatterns",
+    "to_out_variants": "exirc.plan.out_variants:ToOutVariants",
+    "memory_plan": "exirc.plan.passes:MemoryPlanPass",
+}
+
+
+@dataclass
+class Pipeline:
+    target: str
+    stages: dict[str, list[Pass]] = field(default_factory=dict)
+    source: str = "<built-in>"
+
+    def describe(self) -> str:
+        """The resolved pipeline, as YAML a user can save and edit."""
+        stages: dict[str, list[Any]] = {}
+        for stage in STAGES:
+            entries: list[Any] = []
+            for p in self.stages.get(stage, []):
+                options = _options_of(p)
+                entries.append({pass_label(p): options} if options else pass_label(p))
+            stages[stage] = entries
+        text = yaml.safe_dump({"target": self.target, "stages": stages}, sort_keys=False)
+        return f"# pipeline from {self.source}\n{text}"
+
+
+def _options_of(p: Pass) -> dict[str, Any]:
+    if isinstance(p, FunctionPass):
+        return dict(p.options)
+    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+
+
+def default_pipeline_text(target: str) -> str:
+    try:
+        return resources.files("exirc.pipelines").joinpath(f"{target}.yaml").read_text()
+    except FileNotFoundError:
+        known = sorted(p.name.removesuffix(".yaml")
+                       for p in resources.files("exirc.pipelines").iterdir()
+                       if p.name.endswith(".yaml"))
+        raise UsageError(f"unknown target {target!r}", hint=f"targets: {', '.join(known)}") \
+            from None
+
+
+def load_pipeline(target: str = "portable", path: str | Path | None = None) -> Pipeline:
+    """The default pipeline of `target`, or the one in the YAML file `path`."""
+    if path is None:
+        return parse_pipeline(default_pipeline_text(target), f"<target {target}>")
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise UsageError(f"cannot read pipeline file {path}: {error.strerror}") from None
+    return parse_pipeline(text, str(path))
+
+
+def parse_pipeline(text: str, source: str) -> Pipeline:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise UsageError(f"{source}: not valid YAML: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
+        raise UsageError(f"{source}: a pipeline is a mapping with `target` and `stages`",
+                         hint="see `exirc compile --print-pipeline` for an example")
+    unknown = set(data["stages"]) - set(STAGES)
+    if unknown:
+        raise UsageError(f"{source}: unknown stage(s) {sorted(unknown)}",
+                         hint=f"stages are {', '.join(STAGES)}")
+    pipeline = Pipeline(target=str(data.get("target", "portable")), source=source)
+    for stage in STAGES:
+        entries = data["stages"].get(stage) or []
+        if not isinstance(entries, list):
+            raise UsageError(f"{source}: stage {stage} must be a list of passes")
+        pipeline.stages[stage] = [_make_pass(entry, f"{source}: {stage}[{i}]")
+                                  for i, entry in enumerate(entries)]
+    return pipeline
+
+
+def _make_pass(entry: Any, where: str) -> Pass:
+    if isinstance(entry, str):
+        name, options = entry, {}
+    elif isinstance(entry, dict) and len(entry) == 1:
+        ((name, options),) = entry.items()
+        options = options or {}
+        if not isinstance(options, dict):
+            raise UsageError(f"{where}: options of {name} must be a mapping")
+    else:
+        raise UsageError(f"{where}: a pass is a name or a one-key mapping {{name: options}}")
+    factory = _resolve(str(name), where)
+    if inspect.isclass(factory) and issubclass(factory, Pass):
+        valid = {f.name for f in dataclasses.fields(factory)}
+        bad = set(options) - valid
+        if bad:
+            raise UsageError(f"{where}: {name} has no option(s) {sorted(bad)}",
+                             hint=f"its options: {', '.join(sorted(valid)) or 'none'}")
+        options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+        return factory(**options)
+    if callable(factory):
+        return FunctionPass(factory, tuple(sorted(options.items())))
+    raise UsageError(f"{where}: {name} is neither a Pass class nor a function")
+
+
+def _resolve(name: str, where: str) -> Any:
+    reference = BUILTIN_PASSES.get(name, name)
+    if ":" not in reference:
+        raise UsageError(f"{where}: unknown pass {name!r}",
+                         hint=f"built-in passes: {', '.join(sorted(BUILTIN_PASSES))}; "
+                              "or name your own as module:attr")
+    module_name, _, attr = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"{where}: cannot import {module_name}: {error}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"{where}: {module_name} has no {attr}") from None

@@ -1,0 +1,1 @@
+"""Default pass pipelines, one YAML file per target (package data)."""

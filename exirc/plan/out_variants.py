@@ -1,0 +1,133 @@
+"""Edge/Backend dialect -> out-variant form, the last graph form before emit.
+
+Every kernel call writes into memory it is given: a functional node such as
+`aten.add.Tensor(x, y)` becomes `aten.add.out(x, y, out=%alloc)`, where the
+`alloc` node stands for one planned tensor. The op node then aliases its
+out argument(s), which is what the memory planner and the emitter read.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch.fx import Node
+
+from exirc.backend.ops import BackendOp
+from exirc.errors import UnsupportedOperatorError
+from exirc.passes.contract import Pass, PassResult
+from exirc.plan.alloc import alloc
+from exirc.source import source_location
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+
+def _signature(schema: torch._C.FunctionSchema) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+
+
+def out_variant(target: Any) -> Any:
+    """The out-variant of a call target, or None if it has none.
+
+    A backend op carries its out-variant schema, so it is its own.
+    """
+    if isinstance(target, BackendOp):
+        return target if target.out_names else None
+    return _aten_out_variant(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _aten_out_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The overload of `op`'s packet taking the same arguments plus outs."""
+    if any(a.is_out for a in op._schema.arguments):
+        return op  # already an out-variant
+    wanted = _signature(op._schema)
+    packet = op.overloadpacket
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        schema = candidate._schema
+        if any(a.is_out for a in schema.arguments) and _signature(schema) == wanted:
+            return candidate  # type: ignore[no-any-return]
+    return None
+
+
+def _returns_tensors(target: Any) -> bool:
+    return any("Tensor" in str(r.type) for r in target._schema.returns)
+
+
+def out_arguments(target: Any) -> list[torch._C.Argument]:
+    return [a for a in target._schema.arguments if a.is_out]
+
+
+def _alloc_node(graph: torch.fx.Graph, before: Node, fake: torch.Tensor) -> Node:
+    with graph.inserting_before(before):
+        node = graph.call_function(alloc, ((tuple(fake.shape), fake.dtype),))
+    node.meta["val"] = fake
+    node.meta["stack_trace"] = before.meta.get("stack_trace")
+    return node
+
+
+def _outputs_of(node: Node) -> list[Any]:
+    val = node.meta["val"]
+    return list(val) if isinstance(val, (tuple, list)) else [val]
+
+
+@dataclass(frozen=True)
+class ToOutVariants(Pass):
+    """Edge/Backend -> out-variant form: kernels write into `alloc` nodes.
+
+    Raises UnsupportedOperatorError naming every op without an out-variant.
+    """
+
+    name: ClassVar[str] = "to_out_variants"
+
+    def run(self, program: ExportedProgram) -> PassResult:
+        graph = program.graph_module.graph
+        missing: list[str] = []
+        changed = False
+        for node in list(graph.nodes):
+            target = node.target
+            if node.op != "call_function" or \
+                    not isinstance(target, (torch._ops.OpOverload, BackendOp)):
+                continue
+            if not _returns_tensors(target):
+                continue  # size arithmetic (sym_size, prims) writes Int values
+            out_op = out_variant(target)
+            if out_op is None:
+                where = source_location(node)
+                missing.append(f"{target} (node {node.name}{', at ' + where if where else ''})")
+                continue
+            if out_op is target and not isinstance(target, BackendOp):
+                continue  # already an out-variant call
+            if isinstance(target, BackendOp) and any(k in node.kwargs for k in target.out_names):
+                continue
+            self._rewrite(graph, node, out_op)
+            changed = True
+        if missing:
+            raise UnsupportedOperatorError(
+                "no out-variant for: " + "; ".join(missing),
+                hint="every kernel must write into planned memory; decompose the op or "
+                     "register a backend op with an out-variant")
+        if changed:
+            program.graph_module.recompile()
+        return PassResult(program, changed)
+
+    @staticmethod
+    def _rewrite(graph: torch.fx.Graph, node: Node, out_op: Any) -> None:
+        fakes = _outputs_of(node)
+        kwargs = dict(node.kwargs)
+        outs = out_arguments(out_op)
+        if len(outs) == 1 and str(outs[0].type) == "List[Tensor]":
+            kwargs[outs[0].name] = [_alloc_node(graph, node, f) for f in fakes]
+        elif len(outs) == len(fakes):
+            for arg, fake in zip(outs, fakes):
+                kwargs[arg.name] = _alloc_node(graph, node, fake)
+        else:
+            raise UnsupportedOperatorError(
+                f"{out_op} has {len(outs)} out arguments but the node {node.name} makes "
+                f"{len(fakes)} outputs", hint="this op needs a hand-written out-variant rule")
+        node.target = out_op
+        node.kwargs = kwargs
