@@ -14,12 +14,15 @@ import traceback
 import click
 
 from exirc import __version__
+from exirc.cli.compile_command import compile_command
 from exirc.cli.inspect_command import inspect_command
+from exirc.cli.run_command import run_command
 from exirc.cli.style import styler
 from exirc.errors import ExircError, InternalError
 
 EPILOG = """\b
 Examples:
+  exirc compile model.py -o model.pte       compile a PyTorch model
   exirc inspect model.pte                   what is inside a program file
   exirc inspect model.pte --show instructions
   exirc inspect model.pte --json            everything, for programs
@@ -37,7 +40,9 @@ def cli(debug: bool) -> None:
     """exirc: compile PyTorch models to .pte programs, inspect and run them."""
 
 
+cli.add_command(compile_command)
 cli.add_command(inspect_command)
+cli.add_command(run_command)
 
 
 def report_error(error: ExircError, debug: bool) -> None:

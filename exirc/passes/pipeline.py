@@ -67,7 +67,8 @@ class Pipeline:
 def _options_of(p: Pass) -> dict[str, Any]:
     if isinstance(p, FunctionPass):
         return dict(p.options)
-    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+    options = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
 
 
 def default_pipeline_text(target: str) -> str:

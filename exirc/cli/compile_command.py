@@ -1,0 +1,88 @@
+"""`exirc compile`: a PyTorch model -> a .pte program (thin over exirc.compiler)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from exirc.inspector.render import human_bytes
+
+EPILOG = """\b
+MODEL is one of:
+  model.py             defines `model` and `example_inputs` (optionally
+                       `dynamic_shapes` and `methods`)
+  model.py:factory     factory() returns (module, example_inputs[, dynamic_shapes])
+  model.pt2            saved by torch.export.save
+  model.ts             a TorchScript archive saved by torch.jit.save
+
+\b
+Examples:
+  exirc compile model.py -o model.pte
+  exirc compile model.py:build --target exirc -o fast.pte
+  exirc compile model.py --print-pipeline > my.yaml     # then edit it
+  exirc compile model.py --pipeline my.yaml -o model.pte --time-passes
+  exirc compile model.py --dump-dir ir/ -o model.pte     # the graph after every pass
+"""
+
+
+@click.command("compile", epilog=EPILOG)
+@click.argument("model")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the program (default: MODEL's name with .pte).")
+@click.option("--target", default="portable", show_default=True,
+              help="Kernel set to compile for: portable (runs on ExecuTorch too) or exirc.")
+@click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A pipeline YAML replacing the target's default.")
+@click.option("--print-pipeline", is_flag=True, help="Print the resolved pipeline and exit.")
+@click.option("--print-ir-after-all", is_flag=True, help="Print the graph after every pass.")
+@click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the graph after every pass to files in this directory.")
+@click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+@click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
+def compile_command(model: str, output: Path | None, target: str, pipeline_file: Path | None,
+                    print_pipeline: bool, print_ir_after_all: bool, dump_dir: Path | None,
+                    time_passes: bool, quiet: bool, verbose: bool) -> None:
+    """Compile MODEL to a .pte program."""
+    from exirc.passes.pipeline import load_pipeline
+
+    if print_pipeline:
+        click.echo(load_pipeline(target, pipeline_file).describe(), nl=False)
+        return
+
+    from exirc.compiler import CompileOptions, compile_model
+
+    output = output or Path(model.split(":")[0]).with_suffix(".pte")
+    options = CompileOptions(target=target, pipeline=pipeline_file,
+                             print_ir_after_all=print_ir_after_all, dump_dir=dump_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        result = compile_model(model, options)
+    for warning in caught:
+        if warning.category is UserWarning and "exirc" in str(warning.filename):
+            click.echo(f"warning: {warning.message}", err=True)
+    result.save(output)
+    report = result.report
+    if time_passes and report.instrument is not None:
+        click.echo(report.instrument.timing_table(), err=True)
+    if quiet:
+        return
+    stages = " | ".join(f"{name} {seconds:.2f} s" for name, seconds in
+                        report.stage_seconds.items())
+    lines = [
+        f"compiled {model} -> {output} ({human_bytes(report.file_bytes)}), target {target}",
+        f"  stages: {stages}",
+        f"  {report.instructions} instructions, {report.kernel_calls} kernel calls",
+        f"  arena {human_bytes(report.arena_bytes)} "
+        f"(lower bound {human_bytes(report.lower_bound_bytes)}), "
+        f"constants {human_bytes(report.constant_bytes)}",
+    ]
+    if verbose:
+        for plan in result.program.execution_plan:
+            ops = sorted({op.qualified_name for op in plan.operators})
+            lines.append(f"  method {plan.name}: {len(plan.values)} values, "
+                         f"{len(ops)} operators: {', '.join(ops)}")
+    click.echo("\n".join(lines), file=sys.stderr)
