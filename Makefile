@@ -11,7 +11,7 @@ OUT ?= out
 .PHONY: help install test demo schema bench check clean distclean
 
 help:
-	@echo "make demo    install, then build, inspect and run an example program"
+	@echo "make demo    install, then compile, inspect and run an example model"
 	@echo "make test    install, then run the test suite"
 	@echo "make check   lint, type-check and a seconds-long smoke test"
 	@echo "make bench   performance against torch eager and ExecuTorch (table + JSON)"
@@ -35,10 +35,9 @@ test: install
 
 demo: install
 	@mkdir -p $(OUT)
-	$(PY) examples/handbuilt_add.py $(OUT)/add.pte
-	$(EXIRC) inspect $(OUT)/add.pte --show summary --show instructions
-	$(PY) examples/executorch_reference.py $(OUT)/mlp_executorch.pte
-	$(EXIRC) inspect $(OUT)/mlp_executorch.pte
+	$(EXIRC) compile examples/mlp.py -o $(OUT)/mlp.pte
+	$(EXIRC) inspect $(OUT)/mlp.pte --show summary --show instructions
+	$(EXIRC) run $(OUT)/mlp.pte --random --seed 0
 
 schema: install
 	$(PY) -m exirc.serialize.regenerate

@@ -1,0 +1,10 @@
+"""The capture stage: load a model file, then torch.export each of its methods.
+
+    loaded = load_model("model.py")                   # or model.py:make, .pt2, TorchScript
+    programs = {name: capture(source) for name, source in loaded.methods.items()}
+"""
+
+from exirc.capture.export import capture
+from exirc.capture.load import LoadedModel, MethodSource, load_model
+
+__all__ = ["LoadedModel", "MethodSource", "capture", "load_model"]
