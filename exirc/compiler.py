@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -133,12 +134,18 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
     return result
 
 
-def compile_model(spec: str, options: CompileOptions = CompileOptions()) -> CompileResult:
-    """Compile what `exirc compile SPEC` names: model.py, model.py:factory, .pt2, ..."""
+def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
+                  example_inputs_path: str | None = None,
+                  warn: Callable[[str], None] | None = None) -> CompileResult:
+    """Compile what `exirc compile SPEC` names: model.py, model.py:factory, .pt2, ...
+
+    `example_inputs_path` feeds a TorchScript archive; `warn` receives
+    warnings such as a model left in training mode.
+    """
     from exirc.capture import capture, load_model
 
     started = time.perf_counter()
-    loaded = load_model(spec)
+    loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
     exported = {name: capture(source) for name, source in loaded.methods.items()}
     capture_seconds = time.perf_counter() - started
     result = compile_methods(exported, options)

@@ -43,7 +43,11 @@ PRIMS: dict[Any, BackendOp] = {
     torch.sym_float: _prim("sym_float.Scalar", float, "float", arity=1),
     torch.sym_max: _prim("sym_max.Scalar", max),
     torch.sym_min: _prim("sym_min.Scalar", min),
-    math.floor: _prim("floor.Scalar", math.floor, "int", arity=1),
+    torch.sym_int: _prim("sym_int.Scalar", int, "int", arity=1),
+    torch.sym_not: _prim("sym_not.Scalar", operator.not_, "bool", arity=1),
+    math.ceil: _prim("ceil.Scalar", math.ceil, "int", arity=1),
+    math.trunc: _prim("trunc.Scalar", math.trunc, "int", arity=1),
+    round: _prim("round.Scalar", round, "int", arity=1),
 }
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import click
@@ -32,6 +31,8 @@ Examples:
 @click.argument("model")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the program (default: MODEL's name with .pte).")
+@click.option("--example-inputs", type=click.Path(dir_okay=False),
+              help="Example inputs (.pt tuple, .npy or .npz) for a TorchScript archive.")
 @click.option("--target", default="portable", show_default=True,
               help="Kernel set to compile for: portable (runs on ExecuTorch too) or exirc.")
 @click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -43,7 +44,7 @@ Examples:
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
-def compile_command(model: str, output: Path | None, target: str, pipeline_file: Path | None,
+def compile_command(model: str, output: Path | None, example_inputs: str | None, target: str, pipeline_file: Path | None,
                     print_pipeline: bool, print_ir_after_all: bool, dump_dir: Path | None,
                     time_passes: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
@@ -58,12 +59,8 @@ def compile_command(model: str, output: Path | None, target: str, pipeline_file:
     output = output or Path(model.split(":")[0]).with_suffix(".pte")
     options = CompileOptions(target=target, pipeline=pipeline_file,
                              print_ir_after_all=print_ir_after_all, dump_dir=dump_dir)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UserWarning)
-        result = compile_model(model, options)
-    for warning in caught:
-        if warning.category is UserWarning and "exirc" in str(warning.filename):
-            click.echo(f"warning: {warning.message}", err=True)
+    result = compile_model(model, options, example_inputs_path=example_inputs,
+                           warn=lambda message: click.echo(f"warning: {message}", err=True))
     result.save(output)
     report = result.report
     if time_passes and report.instrument is not None:
