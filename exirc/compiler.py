@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exirc import program as P
+from exirc.errors import UsageError
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 
 if TYPE_CHECKING:
@@ -156,6 +157,8 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
 def write_atomically(path: Path, data: bytes) -> None:
     """Write via a temporary file and a rename: never a partial file at `path`."""
     directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise UsageError(f"cannot write {path}: directory {directory} does not exist")
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as file:

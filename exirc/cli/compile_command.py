@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import click
 
+from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
 
 EPILOG = """\b
@@ -59,8 +61,15 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     output = output or Path(model.split(":")[0]).with_suffix(".pte")
     options = CompileOptions(target=target, pipeline=pipeline_file,
                              print_ir_after_all=print_ir_after_all, dump_dir=dump_dir)
-    result = compile_model(model, options, example_inputs_path=example_inputs,
-                           warn=lambda message: click.echo(f"warning: {message}", err=True))
+    if not output.parent.is_dir() and str(output.parent):
+        raise UsageError(f"cannot write {output}: directory {output.parent} does not exist")
+    with warnings.catch_warnings():
+        # torch's own deprecation chatter is not the user's business; exirc's
+        # warnings arrive through `warn`. -v keeps everything.
+        if not verbose:
+            warnings.simplefilter("ignore")
+        result = compile_model(model, options, example_inputs_path=example_inputs,
+                               warn=lambda message: click.echo(f"warning: {message}", err=True))
     result.save(output)
     report = result.report
     if time_passes and report.instrument is not None:

@@ -8,7 +8,7 @@ planned memory, and no node aliases another's storage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -33,7 +33,35 @@ class ToEdge(Pass):
         table = torch.export.default_decompositions()
         for op_name in self.keep:
             table.pop(_resolve_op(op_name), None)
-        return PassResult(program.run_decompositions(table), changed=True)
+        program = program.run_decompositions(table)
+        # torch's default table keeps some non-core ops (linalg_vector_norm)
+        # that another of its decompositions lowers to core ops. Use those,
+        # one op at a time, and only when the result is core ATen: a lowering
+        # to `prims` would hide the user's op behind one they never wrote.
+        for op, decomposition in _decomposable_leftovers(program).items():
+            candidate = program.run_decompositions({op: decomposition})
+            if _core_only(candidate):
+                program = candidate
+        return PassResult(program, changed=True)
+
+
+def _non_core_targets(program: ExportedProgram) -> set[Any]:
+    return {node.target for node in program.graph_module.graph.nodes
+            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and torch.Tag.core not in node.target.tags and not node.target.is_view}
+
+
+def _core_only(program: ExportedProgram) -> bool:
+    from exirc.edge.ops import is_edge_op
+
+    return all(is_edge_op(target) for target in _non_core_targets(program))
+
+
+def _decomposable_leftovers(program: ExportedProgram) -> dict[Any, Any]:
+    from torch._decomp import decomposition_table
+
+    return {target: decomposition_table[target] for target in _non_core_targets(program)
+            if target in decomposition_table}
 
 
 def _resolve_op(qualified: str) -> torch._ops.OpOverload:

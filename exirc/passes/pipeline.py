@@ -27,12 +27,13 @@ from typing import Any
 import yaml
 
 from exirc.errors import UsageError
-from exirc.passes.contract import FunctionPass, Pass, pass_label
+from exirc.passes.contract import FunctionPass, Pass
 
 STAGES = ("aten", "edge", "backend", "plan")
 
 BUILTIN_PASSES = {
     "to_edge": "exirc.edge.lower:ToEdge",
+    "remove_assertions": "exirc.edge.asserts:RemoveAssertions",
     "views_to_copies": "exirc.edge.lower:ViewsToCopies",
     "scalars_to_tensors": "exirc.edge.scalars:ScalarsToTensors",
     "remove_noop_copies": "exirc.edge.noops:RemoveNoopCopies",
@@ -58,10 +59,18 @@ class Pipeline:
             entries: list[Any] = []
             for p in self.stages.get(stage, []):
                 options = _options_of(p)
-                entries.append({pass_label(p): options} if options else pass_label(p))
+                entries.append({_reference(p): options} if options else _reference(p))
             stages[stage] = entries
         text = yaml.safe_dump({"target": self.target, "stages": stages}, sort_keys=False)
         return f"# pipeline from {self.source}\n{text}"
+
+
+def _reference(p: Pass) -> str:
+    """How a pipeline file names `p`: its built-in name or `module:attr`."""
+    obj: Any = p.function if isinstance(p, FunctionPass) else type(p)
+    reference = f"{obj.__module__}:{obj.__qualname__}"
+    builtin = {ref: name for name, ref in BUILTIN_PASSES.items()}
+    return builtin.get(reference, reference)
 
 
 def _options_of(p: Pass) -> dict[str, Any]:

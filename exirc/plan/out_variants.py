@@ -25,8 +25,14 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
+# Where a tensor is made and how it is laid out: an out-variant takes none of
+# these, because the out tensor it is given already decides them.
+_TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
+
+
 def _signature(schema: torch._C.FunctionSchema) -> list[tuple[str, str]]:
-    return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    return [(a.name, str(a.type)) for a in schema.arguments
+            if not a.is_out and a.name not in _TENSOR_OPTIONS]
 
 
 def out_variant(target: Any) -> Any:
@@ -63,8 +69,11 @@ def out_arguments(target: Any) -> list[torch._C.Argument]:
 
 
 def _alloc_node(graph: torch.fx.Graph, before: Node, fake: torch.Tensor) -> Node:
+    # The argument is for people reading the graph; the planner reads
+    # meta["val"]. Symbolic sizes are spelled out, not passed as SymInts.
+    shape = tuple(d if isinstance(d, int) else str(d) for d in fake.shape)
     with graph.inserting_before(before):
-        node = graph.call_function(alloc, ((tuple(fake.shape), fake.dtype),))
+        node = graph.call_function(alloc, ((shape, fake.dtype),))
     node.meta["val"] = fake
     node.meta["stack_trace"] = before.meta.get("stack_trace")
     return node
