@@ -1,0 +1,113 @@
+"""Target kernel lists: which operators a target's runtime has kernels for.
+
+A list is a package data file `<name>.txt` beside this module, one operator
+a line, named as the program's operator table names it:
+`namespace::name.overload`, or `namespace::name` for a default overload
+(`generate.py` writes `portable.txt` from ExecuTorch's portable runtime).
+
+Targets:
+
+    portable  ExecuTorch's portable kernels (the default)
+    exirc     the portable kernels plus exirc's backend ops (exirc.backend.ops)
+
+`check_kernels` runs at compile time, so an op the target cannot run fails
+there, not when the program is loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from exirc.errors import UnsupportedOperatorError, UsageError
+from exirc.plan.out_variants import out_variant
+from exirc.source import source_location
+
+TARGETS = ("portable", "exirc")
+DEFAULT_TARGET = "portable"
+
+
+@functools.cache
+def _read_list(name: str) -> frozenset[str]:
+    text = importlib.resources.files(__name__).joinpath(f"{name}.txt").read_text()
+    return frozenset(line.strip() for line in text.splitlines() if line.strip())
+
+
+def kernels_for_target(target: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The operators `target` has kernels for, plus `extra` (more operator names)."""
+    if target not in TARGETS:
+        raise UsageError(f"unknown target {target!r}",
+                         hint=f"choose one of: {', '.join(TARGETS)}")
+    names = set(_read_list("portable"))
+    if target == "exirc":
+        from exirc.backend.ops import registered_kernel_names
+
+        names |= registered_kernel_names()
+    names.update(extra)
+    return frozenset(names)
+
+
+def kernel_name(op: Any) -> str | None:
+    """`aten::add.out` for an operator (an OpOverload or a backend op); None for a
+    call target that is no kernel call (getitem, control flow, Python functions)."""
+    schema = getattr(op, "_schema", None)
+    if not isinstance(schema, torch._C.FunctionSchema):
+        return None
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _calls(graph_module: GraphModule) -> Iterator[Node]:
+    for module in graph_module.modules():  # the graph and the subgraphs of control flow
+        if isinstance(module, GraphModule):
+            yield from (n for n in module.graph.nodes if n.op == "call_function")
+
+
+def _missing_kernel(op: Any, available: frozenset[str]) -> str | None:
+    """Why `op` cannot run on the target, or None if it can.
+
+    A functional op (as in Edge graphs) runs as its out-variant, so that one
+    needs the kernel."""
+    name = kernel_name(op)
+    if name is None or name in available:
+        return None
+    if not isinstance(op, torch._ops.OpOverload):
+        return "no kernel"
+    out = out_variant(op)
+    if out is None:
+        return "no out-variant"
+    if out is op:
+        return "no kernel"
+    out_name = kernel_name(out)
+    return None if out_name in available else f"no kernel for {out_name}"
+
+
+def _shorten(uses: list[str], shown: int = 3) -> str:
+    more = len(uses) - shown
+    return ", ".join(uses[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def check_kernels(graph_module: GraphModule, target: str, extra: Iterable[str] = ()) -> None:
+    """Raise UnsupportedOperatorError naming every op of the graph (and its
+    subgraphs) that `target` has no kernel for, with where each is used."""
+    available = kernels_for_target(target, extra)
+    missing: dict[str, list[str]] = {}  # "aten::foo.out (no kernel)" -> uses
+    for node in _calls(graph_module):
+        reason = _missing_kernel(node.target, available)
+        if reason is None:
+            continue
+        where = source_location(node)
+        use = f"%{node.name}" + (f" at {where}" if where else "")
+        missing.setdefault(f"{kernel_name(node.target)} ({reason})", []).append(use)
+    if not missing:
+        return
+    listed = "; ".join(f"{op}: {_shorten(uses)}" for op, uses in missing.items())
+    count = f"{len(missing)} op{'s' if len(missing) > 1 else ''}"
+    hint = "register a backend op with a kernel for it, or decompose it into supported ops"
+    if target != "exirc":
+        hint = "use --target exirc, or " + hint
+    raise UnsupportedOperatorError(f"target {target!r} cannot run {count}: {listed}", hint=hint)
