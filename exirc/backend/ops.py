@@ -44,7 +44,8 @@ class BackendOp:
     def __repr__(self) -> str:
         return f"{self.qualified_name}.{self._schema.overload_name}"
 
-    __name__ = property(lambda self: repr(self))  # type: ignore[assignment]
+    # torch.fx names a call target by its __name__ in generated code.
+    __name__ = property(lambda self: repr(self))
 
 
 REGISTRY: dict[str, BackendOp] = {}

@@ -46,9 +46,10 @@ Examples:
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
-def compile_command(model: str, output: Path | None, example_inputs: str | None, target: str, pipeline_file: Path | None,
-                    print_pipeline: bool, print_ir_after_all: bool, dump_dir: Path | None,
-                    time_passes: bool, quiet: bool, verbose: bool) -> None:
+def compile_command(model: str, output: Path | None, example_inputs: str | None, target: str,
+                    pipeline_file: Path | None, print_pipeline: bool,
+                    print_ir_after_all: bool, dump_dir: Path | None, time_passes: bool,
+                    quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.passes.pipeline import load_pipeline
 

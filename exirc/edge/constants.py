@@ -93,5 +93,5 @@ def _fake_like(program: ExportedProgram, value: torch.Tensor) -> torch.Tensor:
         fake = node.meta.get("val")
         mode = getattr(fake, "fake_mode", None)
         if mode is not None:
-            return mode.from_tensor(value, static_shapes=True)  # type: ignore[no-any-return]
+            return mode.from_tensor(value, static_shapes=True)
     return value

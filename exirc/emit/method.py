@@ -130,7 +130,8 @@ class MethodEmitter:
             return
         if target is operator.getitem:
             source, item = node.args
-            self.table.of_node[node] = self.table.node_value(source)[item]  # type: ignore[index]
+            assert isinstance(source, Node) and isinstance(item, int)
+            self.table.of_node[node] = self.table.node_value(source)[item]
             return
         self.kernel_call(node)
 
@@ -163,7 +164,7 @@ class MethodEmitter:
         """Value indices of the returns; the node's value becomes them."""
         outs = [a for a in schema.arguments if a.is_out]
         if outs:
-            out_values = [node.kwargs[a.name] for a in outs]
+            out_values: list[Any] = [node.kwargs[a.name] for a in outs]
             if len(outs) == 1 and isinstance(out_values[0], (list, tuple)):
                 items = [self.table.node_value(n) for n in out_values[0]]
             else:
@@ -183,6 +184,7 @@ class MethodEmitter:
 
     def output(self, node: Node) -> None:
         (results,) = node.args
+        assert isinstance(results, (list, tuple))
         for result in results:
             self.outputs.append(self.table.argument(result, "Tensor"))
 

@@ -48,7 +48,8 @@ def _io(entries: list[dict[str, Any]]) -> str:
 
 def render_summary(info: dict[str, Any], bold: Style) -> str:
     f = info["file"]
-    lines = [bold(f"{clean(f['path'] or '<bytes>')}: program file (ET12, schema v{f['schema_version']}), "
+    name = clean(f["path"] or "<bytes>")
+    lines = [bold(f"{name}: program file (ET12, schema v{f['schema_version']}), "
                   f"{human_bytes(f['size'])}")]
     header = f["header"]
     if header:

@@ -125,6 +125,7 @@ def parse_pipeline(text: str, source: str) -> Pipeline:
 
 
 def _make_pass(entry: Any, where: str) -> Pass:
+    options: dict[str, Any]
     if isinstance(entry, str):
         name, options = entry, {}
     elif isinstance(entry, dict) and len(entry) == 1:

@@ -45,7 +45,7 @@ def out_variant(target: Any) -> Any:
     return _aten_out_variant(target)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _aten_out_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     """The overload of `op`'s packet taking the same arguments plus outs."""
     if any(a.is_out for a in op._schema.arguments):
@@ -56,7 +56,7 @@ def _aten_out_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None
         candidate = getattr(packet, name)
         schema = candidate._schema
         if any(a.is_out for a in schema.arguments) and _signature(schema) == wanted:
-            return candidate  # type: ignore[no-any-return]
+            return candidate
     return None
 
 

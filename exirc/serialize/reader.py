@@ -88,7 +88,8 @@ def _read(data: memoryview) -> ProgramFile:
         segments_end = header.segment_base_offset + header.segment_data_size
         if header.segment_data_size and not program_size <= header.segment_base_offset:
             raise FormatError(f"segment_base_offset {header.segment_base_offset} lies inside "
-                              f"the {program_size}-byte program", field="header.segment_base_offset")
+                              f"the {program_size}-byte program",
+                              field="header.segment_base_offset")
         if segments_end > size:
             raise FormatError(f"segment data ends at {segments_end}, past the end of the "
                               f"{size}-byte file", field="header.segment_data_size")
