@@ -1,0 +1,285 @@
+"""`exirc run`: run a method of a program file on given or random inputs.
+
+The command is a thin layer over `exirc.runtime`: it reads inputs, loads,
+runs, and prints. torch is imported only when the command runs, so the rest
+of the CLI stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from exirc.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    import numpy
+
+    from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.method import InputSpec, Method
+
+EPILOG = """\b
+Examples:
+  exirc run model.pte --inputs x.npy                 one input from a .npy file
+  exirc run model.pte --inputs x.npy --inputs y.npy  several inputs, in order
+  exirc run model.pte --inputs inputs.npz            keys: input names (input_0, ...)
+  exirc run model.pte --random --seed 1 -o out.npz   random inputs; outputs to a .npz
+  exirc run model.pte --random --repeat 100          latency: min, median, p90, max
+  exirc run model.pte --random --profile             time per operator
+  exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
+
+Inputs are checked against the method's signature (count, dtype, rank,
+shape) before anything runs.
+"""
+
+_SUMMARY_VALUES = 6
+
+
+@click.command("run", epilog=EPILOG)
+@click.argument("path", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--inputs", "-i", "input_paths", multiple=True, metavar="FILE",
+              help="A .npy per input (repeatable, in order), or one .npz of all inputs.")
+@click.option("--random", "random_inputs", is_flag=True,
+              help="Feed random inputs of the planned shapes (upper bounds when dynamic).")
+@click.option("--seed", type=int, default=None, help="Seed for --random (default 0).")
+@click.option("--method", "method_name", default=None,
+              help="Method to run (default: forward, or the only method).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write the outputs to this .npz (keys output_0, ...).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run N times and print latency statistics.")
+@click.option("--profile", "profile_ops", is_flag=True, help="Print the time spent per operator.")
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
+              help="Import a module (name or .py path) that registers kernels or backends.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None,
+              help="Instructions one run may execute (default 1,000,000).")
+@click.option("--max-memory", type=str, default=None, metavar="SIZE",
+              help="Refuse programs planning more memory than this, e.g. 512M or 2G.")
+def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, seed: int | None,
+                method_name: str | None, output: str | None, repeat: int, profile_ops: bool,
+                plugins: tuple[str, ...], max_steps: int | None,
+                max_memory: str | None) -> None:
+    """Run a method of the program file PATH and summarise its outputs."""
+    if input_paths and random_inputs:
+        raise UsageError("give --inputs or --random, not both")
+    if seed is not None and not random_inputs:
+        raise UsageError("--seed only applies to --random")
+    for plugin in plugins:
+        _import_plugin(plugin)
+
+    from exirc.runtime import Profile, load
+    from exirc.runtime.method import DEFAULT_MAX_STEPS
+    from exirc.runtime.profile import latency_stats
+
+    program = load(path, max_memory=_parse_size(max_memory) if max_memory else None,
+                   max_steps=max_steps or DEFAULT_MAX_STEPS)
+    method = program.method(_method_name(program, method_name))
+    inputs: Sequence[Any] | dict[str, Any]
+    if random_inputs:
+        inputs = _random_inputs(method.inputs, 0 if seed is None else seed)
+    else:
+        inputs = _read_inputs(method, input_paths)
+
+    profile = Profile() if profile_ops else None
+    times = []
+    outputs: list[Any] = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        outputs = method.run(inputs, profile=profile)
+        times.append(time.perf_counter() - start)
+
+    click.echo(_summary(method, outputs))
+    if repeat > 1:
+        stats = latency_stats(times)
+        click.echo(f"latency over {repeat} runs: min {stats['min_ms']:.3f} ms, median "
+                   f"{stats['median_ms']:.3f} ms, p90 {stats['p90_ms']:.3f} ms, "
+                   f"max {stats['max_ms']:.3f} ms")
+    if profile is not None:
+        click.echo(_profile_table(profile.rows(), repeat))
+    if output:
+        from exirc.runtime.arrays import save_arrays
+
+        save_arrays(output, {f"output_{i}": _to_numpy(value) for i, value in enumerate(outputs)})
+        click.echo(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {output}",
+                   err=True)
+
+
+def _method_name(program: LoadedProgram, requested: str | None) -> str:
+    if requested is not None:
+        return requested
+    names = program.method_names
+    if "forward" in names or len(names) != 1:
+        return "forward"  # a missing forward is reported with the list of methods
+    return names[0]
+
+
+def _import_plugin(plugin: str) -> None:
+    """Import a module by name, or a .py file by path, for its registrations."""
+    try:
+        if plugin.endswith(".py") or os.sep in plugin:
+            file = Path(plugin)
+            if not file.is_file():
+                raise UsageError(f"no such plugin file: {plugin}")
+            spec = importlib.util.spec_from_file_location(file.stem, file)
+            if spec is None or spec.loader is None:
+                raise UsageError(f"cannot import the plugin file {plugin}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[file.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            importlib.import_module(plugin)
+    except ImportError as error:
+        raise UsageError(f"cannot import the plugin {plugin!r}: {error}",
+                         hint="give a module name on PYTHONPATH, or the path of a .py file"
+                         ) from None
+
+
+def _parse_size(text: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = cleaned, ""
+    if cleaned and cleaned[-1] in units:
+        number, unit = cleaned[:-1], cleaned[-1]
+    try:
+        return int(float(number) * units[unit])
+    except ValueError:
+        raise UsageError(f"--max-memory {text!r} is not a size", hint="e.g. 512M, 2G") from None
+
+
+# ---------------------------------------------------------------------------
+# Inputs.
+# ---------------------------------------------------------------------------
+
+
+def _read_inputs(method: Method, paths: tuple[str, ...]) -> Sequence[Any] | dict[str, Any]:
+    from exirc.runtime.arrays import load_array, load_arrays
+
+    specs = method.inputs
+    if not paths:
+        if specs:
+            raise UsageError(f"method {method.name!r} takes {len(specs)} input"
+                             f"{'s' if len(specs) > 1 else ''} ({method.signature()})",
+                             hint="give them with --inputs FILE, or use --random")
+        return []
+    if len(paths) == 1 and paths[0].endswith(".npz"):
+        arrays = load_arrays(paths[0])
+        expected = [spec.name for spec in specs]
+        if sorted(arrays) != sorted(expected):
+            raise InputError(
+                f"{paths[0]} has the keys {', '.join(arrays) or 'none'}, but method "
+                f"{method.name!r} takes {', '.join(expected) or 'no inputs'}",
+                hint="save one array per input: numpy.savez(path, "
+                     + ", ".join(f"{name}=..." for name in expected) + ")")
+        return arrays
+    npz = [path for path in paths if path.endswith(".npz")]
+    if npz:
+        raise UsageError(f"{npz[0]}: a .npz holds all the inputs; give it as the only --inputs")
+    return [load_array(path) for path in paths]
+
+
+def _random_inputs(specs: Sequence[InputSpec], seed: int) -> list[Any]:
+    """Standard-normal floats, and 0 or 1 for integers and bools (safe as indices)."""
+    import math
+
+    import numpy
+    import torch
+
+    from exirc.runtime.memory import available_memory
+
+    needed = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in specs
+                 if spec.dtype is not None)
+    available = available_memory()
+    if available is not None and needed > available // 2:
+        raise UsageError(f"random inputs of these shapes need {needed} bytes, more than half "
+                         "the memory available", hint="give the inputs with --inputs")
+    rng = numpy.random.default_rng(seed)
+    values: list[Any] = []
+    for spec in specs:
+        if spec.kind == "int":
+            values.append(1)
+        elif spec.kind == "float":
+            values.append(float(rng.standard_normal()))
+        elif spec.kind == "bool":
+            values.append(bool(rng.integers(0, 2)))
+        elif spec.dtype is not None and spec.dtype.is_floating_point:
+            floats = rng.standard_normal(spec.shape, dtype=numpy.float32)
+            values.append(torch.from_numpy(floats).to(spec.dtype))
+        else:
+            integers = rng.integers(0, 2, size=spec.shape)
+            values.append(torch.from_numpy(integers).to(spec.dtype))
+    return values
+
+
+# ---------------------------------------------------------------------------
+# Outputs.
+# ---------------------------------------------------------------------------
+
+
+def _summary(method: Method, outputs: list[Any]) -> str:
+    lines = [f"method {method.name}: {len(method.inputs)} input"
+             f"{'' if len(method.inputs) == 1 else 's'}, {len(outputs)} output"
+             f"{'' if len(outputs) == 1 else 's'}"]
+    for i, value in enumerate(outputs):
+        lines += _describe(f"output_{i}", value)
+    return "\n".join(lines)
+
+
+def _describe(name: str, value: Any) -> list[str]:
+    import torch
+
+    from exirc.runtime.memory import SCALAR_TYPES
+
+    if not isinstance(value, torch.Tensor):
+        return [f"  {name}: {value!r}"]
+    dtype = SCALAR_TYPES[value.dtype].short_name if value.dtype in SCALAR_TYPES else value.dtype
+    head = f"  {name}: {dtype}[{', '.join(map(str, value.shape))}]"
+    if value.numel() == 0:
+        return [head + "  (empty)"]
+    numbers = value.detach().reshape(-1).to(torch.float64)
+    if not value.dtype.is_floating_point:
+        stats = (f"  min {_num(numbers.min().item())}  max {_num(numbers.max().item())}"
+                 f"  mean {numbers.mean().item():.4g}")
+    else:
+        stats = (f"  min {numbers.min().item():.4g}  max {numbers.max().item():.4g}"
+                 f"  mean {numbers.mean().item():.4g}")
+    shown = ", ".join(_num(v) for v in numbers[:_SUMMARY_VALUES].tolist())
+    more = ", ..." if value.numel() > _SUMMARY_VALUES else ""
+    return [head + stats, f"    [{shown}{more}]"]
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+
+
+def _to_numpy(value: Any) -> numpy.ndarray[Any, Any]:
+    import numpy
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().contiguous()
+        if tensor.dtype in (torch.bfloat16, torch.float8_e5m2, torch.float8_e4m3fn,
+                            torch.float8_e5m2fnuz, torch.float8_e4m3fnuz):
+            tensor = tensor.to(torch.float32)  # numpy has no such dtype
+        return tensor.numpy()
+    return numpy.asarray(value)
+
+
+def _profile_table(rows: list[dict[str, Any]], runs: int) -> str:
+    width = max([len("op"), *(len(row["op"]) for row in rows)])
+    lines = [f"time per operator over {runs} run{'s' if runs != 1 else ''}:",
+             f"  {'op':<{width}}  {'calls':>7}  {'total ms':>10}  {'share':>6}"]
+    for row in rows:
+        lines.append(f"  {row['op']:<{width}}  {row['calls']:>7}  {row['total_ms']:>10.3f}  "
+                     f"{row['share']:>6.1%}")
+    total_ms = sum(row["total_ms"] for row in rows)
+    calls = sum(row["calls"] for row in rows)
+    lines.append(f"  {'total':<{width}}  {calls:>7}  {total_ms:>10.3f}  {1:>6.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""Backends: what runs a DelegateCall, found by the delegate's backend id.
+
+A program hands part of a graph to a backend as an opaque payload
+(`BackendDelegate.processed`) plus compile specs. At load, each delegate is
+initialised once by the backend registered under its id; at run time, a
+DelegateCall gives the backend its handle and the call's arguments (inputs
+then outputs, as value-table entries), and the backend writes the output
+tensors in place. A delegate whose backend is not registered is an error at
+load, with every other missing piece of the program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from exirc import program as P
+from exirc.errors import FormatError
+
+
+class Backend(Protocol):
+    """What a backend implements (ExecuTorch's BackendInterface, in Python)."""
+
+    def init(self, processed: bytes | memoryview, compile_specs: Sequence[P.CompileSpec]) -> Any:
+        """Prepare a payload once, at load; the result is passed to every `execute`."""
+
+    def execute(self, handle: Any, args: list[Any]) -> None:
+        """Run on `args` (tensors and scalars), writing the output tensors in place."""
+
+
+B = TypeVar("B")
+
+
+class BackendRegistry:
+    """Backends by id. Lookups fall back to the parent registry."""
+
+    def __init__(self, parent: BackendRegistry | None = None) -> None:
+        self._backends: dict[str, Backend] = {}
+        self._parent = parent
+
+    def register(self, backend_id: str, backend: Any = None) -> Any:
+        """Register `backend` (an instance, or a class to instantiate) under `backend_id`.
+
+        Usable as a class decorator: `@register_backend("MyBackend")`.
+        """
+        if backend is None:
+            def decorate(cls: B) -> B:
+                self.register(backend_id, cls)
+                return cls
+            return decorate
+        self._backends[backend_id] = backend() if isinstance(backend, type) else backend
+        return backend
+
+    def find(self, backend_id: str) -> Backend | None:
+        registry: BackendRegistry | None = self
+        while registry is not None:
+            backend = registry._backends.get(backend_id)
+            if backend is not None:
+                return backend
+            registry = registry._parent
+        return None
+
+
+BACKENDS = BackendRegistry()
+"""The default registry of backends."""
+
+
+def register_backend(backend_id: str, backend: Any = None) -> Any:
+    """Register a backend in the default registry (see `BackendRegistry.register`)."""
+    return BACKENDS.register(backend_id, backend)
+
+
+def payload(program: P.Program, delegate: P.BackendDelegate) -> bytes | memoryview:
+    ref = delegate.processed
+    if ref.location == P.DataLocation.INLINE:
+        return program.backend_delegate_data[ref.index].data
+    return program.segments[ref.index].data
+
+
+def initialise(backend: Backend, program: P.Program, delegate: P.BackendDelegate,
+               where: str) -> Any:
+    """The backend's handle for one delegate; a backend refusing its payload is a
+    program error, reported as such."""
+    try:
+        return backend.init(payload(program, delegate), delegate.compile_specs)
+    except Exception as error:  # noqa: BLE001 (any failure of foreign code)
+        raise FormatError(f"backend {delegate.id!r} could not initialise its payload: "
+                          f"{type(error).__name__}: {error}", field=where) from error
+
+
+def bind(backend: Backend, handle: Any, args: Sequence[int], env: list[Any],
+         written: frozenset[int]) -> Callable[[], None]:
+    """The DelegateCall as a closure; arguments are resolved now unless written at run time."""
+    execute = backend.execute
+    if not any(index in written for index in args):
+        fixed = [env[index] for index in args]
+
+        def call() -> None:
+            execute(handle, fixed)
+        return call
+    indices = list(args)
+
+    def call_reading_values() -> None:
+        execute(handle, [env[index] for index in indices])
+    return call_reading_values

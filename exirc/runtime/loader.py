@@ -1,0 +1,176 @@
+"""Loading a program: map it, check it, resolve what it needs, allocate its memory.
+
+    program = exirc.runtime.load("model.pte")
+    outputs = program.run("forward", [x])
+
+`load` is the table of contents. Each stage refuses a bad program with a
+typed error before the next one costs anything, so a hostile file fails
+before it can make us allocate, and a program that needs an operator nobody
+registered fails at load, listing everything that is missing at once.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from exirc import program as P
+from exirc.errors import FormatError, UnsupportedOperatorError, UsageError
+from exirc.runtime import delegates, memory
+from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
+from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
+from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key
+from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
+from exirc.serialize import read_program_file
+
+if TYPE_CHECKING:
+    from exirc.runtime.profile import Profile
+
+Source = bytes | bytearray | memoryview | str | os.PathLike[str]
+
+
+class LoadedProgram:
+    """A program ready to run: its methods, each with its own memory."""
+
+    def __init__(self, program: P.Program, methods: dict[str, Method]) -> None:
+        self.program = program
+        self.methods = methods
+
+    @property
+    def method_names(self) -> list[str]:
+        return list(self.methods)
+
+    def method(self, name: str) -> Method:
+        method = self.methods.get(name)
+        if method is None:
+            known = ", ".join(self.methods) or "none"
+            raise UsageError(f"no method named {name!r} in the program (methods: {known})")
+        return method
+
+    def run(self, method: str = "forward", inputs: Sequence[Any] | Mapping[str, Any] = (),
+            *, profile: Profile | None = None) -> list[Any]:
+        """Run `method` on `inputs` (tensors, arrays or scalars, in order or by name)."""
+        return self.method(method).run(inputs, profile=profile)
+
+
+def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+         kernels: KernelRegistry | None = None,
+         backends: BackendRegistry | None = None) -> LoadedProgram:
+    """Load a `.pte` program (a path, or its bytes) for running.
+
+    `max_memory` caps the bytes of planned memory (arenas) the program may
+    claim; whatever it is, a plan larger than the memory available now is
+    refused. `max_steps` bounds the instructions one run may execute.
+    `kernels` and `backends` default to the global registries.
+    """
+    data = _map(source) if isinstance(source, (str, os.PathLike)) else source
+    program = read_program_file(data).program  # checked: every index is in range
+    plans = program.execution_plan
+    _check_method_names(plans)
+    kernel_tables, backend_tables = _resolve(plans, kernels or KERNELS, backends or BACKENDS)
+    _check_memory(plans, max_memory)  # before allocating any of it
+    methods = {}
+    for i, plan in enumerate(plans):
+        where = f"execution_plan[{i}]"
+        handles = [(backend, delegates.initialise(backend, program, delegate,
+                                                  f"{where}.delegates[{j}]"))
+                   for j, (delegate, backend) in enumerate(zip(plan.delegates,
+                                                               backend_tables[i]))]
+        methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps)
+    return LoadedProgram(program, methods)
+
+
+def _map(path: str | os.PathLike[str]) -> memoryview:
+    """The file, mapped copy-on-write.
+
+    Constants become views of these pages, shared with the page cache and
+    never copied. Private (not read-only) pages mean that even a kernel that
+    wrongly writes into a constant changes only our copy instead of faulting.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as file:
+            if os.fstat(file.fileno()).st_size == 0:
+                raise FormatError(f"{name} is empty, not a program file")
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {name}", hint="check the path") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory, not a program file") from None
+    except PermissionError:
+        raise UsageError(f"cannot read {name}: permission denied") from None
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot map {name}: {error}",
+                         hint="programs are loaded from regular files") from None
+    return memoryview(mapped)
+
+
+def _check_method_names(plans: list[P.ExecutionPlan]) -> None:
+    seen = set()
+    for i, plan in enumerate(plans):
+        if plan.name in seen:
+            raise FormatError(f"a second method is named {plan.name!r}",
+                              field=f"execution_plan[{i}].name")
+        seen.add(plan.name)
+
+
+def _resolve(plans: list[P.ExecutionPlan], kernels: KernelRegistry, backends: BackendRegistry
+             ) -> tuple[list[dict[int, Kernel]], list[list[Backend]]]:
+    """Every operator's kernel and every delegate's backend, or one error naming all missing."""
+    kernel_tables: list[dict[int, Kernel]] = []
+    backend_tables: list[list[Backend]] = []
+    missing_ops: dict[str, Counter[str]] = {}
+    missing_backends: list[str] = []
+    for plan in plans:
+        used = {instr.op_index for chain in plan.chains for instr in chain.instructions
+                if isinstance(instr, P.KernelCall)}
+        table = {}
+        for index in sorted(used):
+            op = plan.operators[index]
+            kernel = kernels.find(op.name, op.overload)
+            if kernel is None:
+                key = operator_key(op.name, op.overload)
+                missing_ops.setdefault(key, Counter())[plan.name] += 1
+            else:
+                table[index] = kernel
+        kernel_tables.append(table)
+        found = []  # parallel to plan.delegates once nothing is missing
+        for j, delegate in enumerate(plan.delegates):
+            backend = backends.find(delegate.id)
+            if backend is None:
+                missing_backends.append(f"backend {delegate.id!r} (delegate {j} of method "
+                                        f"{plan.name!r})")
+            else:
+                found.append(backend)
+        backend_tables.append(found)
+    if missing_ops or missing_backends:
+        raise _missing(missing_ops, missing_backends)
+    return kernel_tables, backend_tables
+
+
+def _missing(ops: dict[str, Counter[str]], backends: list[str]) -> UnsupportedOperatorError:
+    parts = []
+    if ops:
+        names = [f"{name} (in {', '.join(repr(m) for m in methods)})"
+                 for name, methods in sorted(ops.items())]
+        parts.append(f"no kernel for {len(ops)} operator{'s' if len(ops) > 1 else ''}: "
+                     + ", ".join(names))
+    if backends:
+        parts.append(f"no backend registered for {len(backends)} delegate"
+                     f"{'s' if len(backends) > 1 else ''}: " + ", ".join(backends))
+    return UnsupportedOperatorError(
+        "; ".join(parts),
+        hint="ATen operators resolve by themselves; register others with "
+             "exirc.runtime.register_kernel / register_backend, in a module you pass to "
+             "`exirc run --plugin`")
+
+
+def _check_memory(plans: list[P.ExecutionPlan], max_memory: int | None) -> None:
+    if max_memory is not None:
+        memory.check_arena_sizes(plans, max_memory, "the max_memory limit")
+    available = memory.available_memory()
+    if available is not None:
+        memory.check_arena_sizes(plans, available, "the memory available now")

@@ -1,0 +1,201 @@
+"""Planned memory: arenas, and tensors that are views of arena or file bytes.
+
+A program's memory plan gives every non-constant tensor a buffer
+(`memory_id`) and a byte offset in it. Loading allocates one arena per buffer,
+of exactly the planned size, and makes each planned tensor a torch tensor over
+its own bytes of that arena. Kernels therefore write where the plan says, and
+tensors the plan puts on the same bytes (views the compiler elided, an input
+whose memory is later reused) share them here too. Constant tensors are views
+of the mapped file: loading copies no weights.
+
+Each tensor gets its own storage covering exactly its planned bytes, and
+that storage cannot grow. A kernel asked to write more than the plan allows
+(a dynamic shape beyond its bound, or a wrong plan) then fails with torch's
+"not resizable" error instead of overwriting a neighbour or allocating.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy
+import torch
+
+from exirc import program as P
+from exirc.errors import FormatError, UnsupportedOperatorError
+
+TORCH_DTYPES: dict[P.ScalarType, torch.dtype] = {
+    P.ScalarType.BYTE: torch.uint8,
+    P.ScalarType.CHAR: torch.int8,
+    P.ScalarType.SHORT: torch.int16,
+    P.ScalarType.INT: torch.int32,
+    P.ScalarType.LONG: torch.int64,
+    P.ScalarType.HALF: torch.float16,
+    P.ScalarType.FLOAT: torch.float32,
+    P.ScalarType.DOUBLE: torch.float64,
+    P.ScalarType.BOOL: torch.bool,
+    P.ScalarType.BFLOAT16: torch.bfloat16,
+    P.ScalarType.BITS16: torch.bits16,
+    P.ScalarType.FLOAT8E5M2: torch.float8_e5m2,
+    P.ScalarType.FLOAT8E4M3FN: torch.float8_e4m3fn,
+    P.ScalarType.FLOAT8E5M2FNUZ: torch.float8_e5m2fnuz,
+    P.ScalarType.FLOAT8E4M3FNUZ: torch.float8_e4m3fnuz,
+    P.ScalarType.UINT16: torch.uint16,
+    P.ScalarType.UINT32: torch.uint32,
+    P.ScalarType.UINT64: torch.uint64,
+}
+"""Element types the interpreter runs. The quantized ones (qint8, quint4x2, ...)
+have no plain-bytes view in torch; programs use int8 tensors plus scales instead."""
+
+SCALAR_TYPES: dict[torch.dtype, P.ScalarType] = {v: k for k, v in TORCH_DTYPES.items()}
+
+# Arenas start on a cache line, like torch's own allocations; planners align
+# offsets within them (ExecuTorch: 16 bytes).
+_ALIGNMENT = 64
+
+
+def torch_dtype(scalar_type: P.ScalarType, where: str) -> torch.dtype:
+    dtype = TORCH_DTYPES.get(scalar_type)
+    if dtype is None:
+        raise UnsupportedOperatorError(
+            f"{where} has element type {scalar_type.short_name}, which the interpreter "
+            "cannot run", hint="quantized element types are not supported; use int8 tensors")
+    return dtype
+
+
+def strides(sizes: list[int], dim_order: list[int]) -> list[int]:
+    """Element strides of a dense tensor laid out in `dim_order` (outermost first).
+
+    An empty dim_order means the default, contiguous order.
+    """
+    order = dim_order or list(range(len(sizes)))
+    result = [0] * len(sizes)
+    step = 1
+    for dim in reversed(order):
+        result[dim] = step
+        step *= max(sizes[dim], 1)
+    return result
+
+
+def available_memory() -> int | None:
+    """Bytes the system could give us now, or None where we cannot tell."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_arena_sizes(plans: list[P.ExecutionPlan], limit: int, why: str) -> None:
+    """Refuse a memory plan beyond `limit` bytes before allocating any of it.
+
+    A hostile file can declare terabytes of planned memory in a few bytes; we
+    say so instead of letting the allocation fail (or succeed, and swap).
+    """
+    total = sum(sum(plan.non_const_buffer_sizes[1:]) for plan in plans)
+    if total <= limit:
+        return
+    largest = max(plans, key=lambda plan: sum(plan.non_const_buffer_sizes[1:]))
+    raise FormatError(
+        f"the memory plan needs {_size(total)} of arenas, more than the {_size(limit)} "
+        f"allowed ({why}); method {largest.name!r} alone needs "
+        f"{_size(sum(largest.non_const_buffer_sizes[1:]))}",
+        field="execution_plan.non_const_buffer_sizes",
+        hint="if the program is trusted and the memory exists, raise the limit "
+             "(`exirc run --max-memory`, or `load(..., max_memory=...)`)")
+
+
+def allocate_arenas(plan: P.ExecutionPlan) -> list[numpy.typing.NDArray[numpy.uint8]]:
+    """One arena per planned buffer, exactly its size. Buffer 0 is reserved (empty).
+
+    Zeroed, as ExecuTorch's planned memory is, so a program that reads a
+    buffer before writing it (mutable state) sees zeros, not garbage; and
+    lazily, since calloc maps zero pages that are only touched when used.
+    """
+    arenas = []
+    for size in plan.non_const_buffer_sizes:
+        raw = numpy.zeros(size + _ALIGNMENT, dtype=numpy.uint8)
+        start = -raw.ctypes.data % _ALIGNMENT
+        arenas.append(raw[start:start + size])
+    return arenas
+
+
+def planned_tensor(arena: numpy.typing.NDArray[numpy.uint8], meta: P.Tensor,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """The tensor at its planned offset, with capacity for exactly its planned bytes."""
+    assert meta.allocation_info is not None
+    start = meta.allocation_info.offset
+    return _view(torch.from_numpy(arena[start:start + meta.nbytes]), meta, dtype)
+
+
+def initial_state(program: P.Program, meta: P.Tensor, where: str) -> memoryview:
+    """The initial bytes of a planned tensor that is mutable state (a buffer the
+    program updates in place across runs), from `mutable_data_segments`.
+
+    Such a tensor has both `allocation_info` and a `data_buffer_idx`, which
+    then indexes the mutable segment's offsets, not the constants.
+    """
+    extra = meta.extra_tensor_info
+    which = extra.mutable_data_segments_idx if extra is not None else 0
+    if not 0 <= which < len(program.mutable_data_segments):
+        raise FormatError(f"mutable data segment {which} does not exist "
+                          f"({len(program.mutable_data_segments)} in the program)", field=where)
+    sub = program.mutable_data_segments[which]
+    if not 0 <= meta.data_buffer_idx < len(sub.offsets):
+        raise FormatError(f"data_buffer_idx {meta.data_buffer_idx} is out of range: mutable data "
+                          f"segment {which} has {len(sub.offsets)} entries", field=where)
+    data = memoryview(program.segments[sub.segment_index].data)
+    start = sub.offsets[meta.data_buffer_idx]
+    if start + meta.nbytes > len(data):
+        raise FormatError(f"initial state of {meta.nbytes} bytes at offset {start} runs past "
+                          f"its {len(data)}-byte segment", field=where)
+    return data[start:start + meta.nbytes]
+
+
+def constant_tensor(data: bytes | memoryview, meta: P.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A constant as a view of the program's bytes (the mapped file): no copy.
+
+    Bytes that torch may not alias (a read-only buffer, which a kernel writing
+    into a constant would corrupt or fault on) are copied once instead.
+    """
+    nbytes = meta.nbytes
+    if nbytes == 0:
+        return _view(torch.empty(0, dtype=torch.uint8), meta, dtype)
+    buffer: bytes | bytearray | memoryview = data
+    if isinstance(data, bytes) or data.readonly:
+        buffer = bytearray(data[:nbytes])
+    return _view(torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes), meta, dtype)
+
+
+def placeholder(dtype: torch.dtype) -> torch.Tensor:
+    """A tensor with no memory of its own: one an instruction points elsewhere
+    (a run-time view, an unplanned input). Writing into it fails, never allocates."""
+    return torch.from_numpy(numpy.zeros(16, dtype=numpy.uint8)).view(dtype)[:0]
+
+
+def alias(target: torch.Tensor, source: torch.Tensor) -> None:
+    """Make `target` (the same tensor object, which instructions hold) share
+    `source`'s memory, sizes and strides."""
+    target.set_(source.untyped_storage(), source.storage_offset(), source.size(),
+                source.stride())
+
+
+def _view(raw: torch.Tensor, meta: P.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`raw` (uint8, exactly the tensor's bytes) as `meta`'s dtype, sizes and layout."""
+    if raw.numel() == 0:
+        # No bytes to reinterpret: an empty tensor of the declared shape.
+        return placeholder(dtype).as_strided(meta.sizes, strides(meta.sizes, meta.dim_order))
+    return raw.view(dtype).as_strided(meta.sizes, strides(meta.sizes, meta.dim_order))
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
