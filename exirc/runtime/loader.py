@@ -11,7 +11,6 @@ registered fails at load, listing everything that is missing at once.
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
 from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
 from exirc.serialize import read_program_file
+from exirc.serialize.reader import map_file
 
 if TYPE_CHECKING:
     from exirc.runtime.profile import Profile
@@ -90,22 +90,7 @@ def _map(path: str | os.PathLike[str]) -> memoryview:
     never copied. Private (not read-only) pages mean that even a kernel that
     wrongly writes into a constant changes only our copy instead of faulting.
     """
-    name = os.fspath(path)
-    try:
-        with open(name, "rb") as file:
-            if os.fstat(file.fileno()).st_size == 0:
-                raise FormatError(f"{name} is empty, not a program file")
-            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
-    except FileNotFoundError:
-        raise UsageError(f"no such file: {name}", hint="check the path") from None
-    except IsADirectoryError:
-        raise UsageError(f"{name} is a directory, not a program file") from None
-    except PermissionError:
-        raise UsageError(f"cannot read {name}: permission denied") from None
-    except (OSError, ValueError) as error:
-        raise UsageError(f"cannot map {name}: {error}",
-                         hint="programs are loaded from regular files") from None
-    return memoryview(mapped)
+    return map_file(path, copy_on_write=True)
 
 
 def _check_method_names(plans: list[P.ExecutionPlan]) -> None:

@@ -43,7 +43,7 @@ def deserialize(source: Source) -> P.Program:
 
 
 def read_program_file(source: Source) -> ProgramFile:
-    data = _open(source) if isinstance(source, (str, os.PathLike)) else memoryview(source)
+    data = map_file(source) if isinstance(source, (str, os.PathLike)) else memoryview(source)
     if not data.c_contiguous:
         data = memoryview(data.tobytes())
     if data.ndim != 1 or data.itemsize != 1:
@@ -51,21 +51,25 @@ def read_program_file(source: Source) -> ProgramFile:
     return _read(data)
 
 
-def _open(path: str | os.PathLike[str]) -> memoryview:
+def map_file(path: str | os.PathLike[str], *, copy_on_write: bool = False) -> memoryview:
+    """The file's bytes, mapped (read-only, or private copy-on-write pages)."""
     name = os.fspath(path)
+    access = mmap.ACCESS_COPY if copy_on_write else mmap.ACCESS_READ
     try:
         with open(name, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size == 0:
+            if os.fstat(file.fileno()).st_size == 0:
                 raise FormatError(f"{name} is empty, not a program file")
             # The mapping outlives the file object: memoryviews keep it alive.
-            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            mapped = mmap.mmap(file.fileno(), 0, access=access)
     except FileNotFoundError:
         raise UsageError(f"no such file: {name}", hint="check the path") from None
     except IsADirectoryError:
         raise UsageError(f"{name} is a directory, not a program file") from None
     except PermissionError:
         raise UsageError(f"cannot read {name}: permission denied") from None
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot map {name}: {error}",
+                         hint="programs are loaded from regular files") from None
     return memoryview(mapped)
 
 

@@ -115,7 +115,17 @@ class _PlanChecker:
         if nbytes > MAX_TENSOR_BYTES:
             raise FormatError(f"tensor of sizes {tensor.sizes} needs {nbytes} bytes, "
                               "implausibly many", field=f"{path}.sizes")
-        if tensor.data_buffer_idx:
+        if tensor.data_buffer_idx and tensor.allocation_info is not None:
+            # A planned tensor with data is mutable state: its initial value
+            # is in a mutable data segment, not among the constants.
+            extra = tensor.extra_tensor_info
+            segment = extra.mutable_data_segments_idx if extra is not None else 0
+            _index(segment, len(self.program.mutable_data_segments),
+                   f"{path}.extra_tensor_info.mutable_data_segments_idx", "mutable_data_segments")
+            _index(tensor.data_buffer_idx,
+                   len(self.program.mutable_data_segments[segment].offsets),
+                   f"{path}.data_buffer_idx", "mutable data offsets")
+        elif tensor.data_buffer_idx:
             _index(tensor.data_buffer_idx, len(self.constant_sizes),
                    f"{path}.data_buffer_idx", "constant buffers")
             available = self.constant_sizes[tensor.data_buffer_idx]
