@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<name>.+))?')
 _LIBRARY = ("/torch/", "/transformers/", "/site-packages/", "/dist-packages/")
 
 
@@ -30,6 +30,7 @@ class SourceFrame:
     file: str
     line: int
     code: str | None = None
+    function: str | None = None
 
     @property
     def location(self) -> str:
@@ -62,7 +63,8 @@ def parse_stack_trace(stack_trace: str) -> list[SourceFrame]:
             continue
         following = lines[i + 1].strip() if i + 1 < len(lines) else ""
         code = None if not following or _FRAME.search(following) else following
-        frames.append(SourceFrame(match["file"], int(match["line"]), code))
+        function = match["name"].strip() if match["name"] else None
+        frames.append(SourceFrame(match["file"], int(match["line"]), code, function))
     return frames
 
 

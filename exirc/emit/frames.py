@@ -1,26 +1,23 @@
-"""Source frames of an instruction, from a node's `stack_trace` meta."""
+"""Source frames of an instruction, from a node's `stack_trace` meta.
+
+Only the user's frames are kept (not torch's or other libraries' internals),
+with paths relative to the working directory when inside it: that is what a
+reader of an error or a listing wants, and it keeps program files small.
+"""
 
 from __future__ import annotations
 
-import re
-
 from exirc import program as P
+from exirc.source import display_path, is_library, is_synthetic, parse_stack_trace, user_frame
 
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
 
-
-def parse_stack_trace(stack_trace: str | None) -> list[P.Frame]:
-    """Frames outermost first, each with its source line when given."""
+def program_frames(stack_trace: str | None) -> list[P.Frame]:
+    """The user's frames of a node, outermost first."""
     if not stack_trace:
         return []
-    frames: list[P.Frame] = []
-    lines = stack_trace.splitlines()
-    for i, line in enumerate(lines):
-        match = _FRAME.match(line)
-        if match is None:
-            continue
-        context = None
-        if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]):
-            context = lines[i + 1].strip() or None
-        frames.append(P.Frame(match["file"], int(match["line"]), match["name"], context))
-    return frames
+    frames = parse_stack_trace(stack_trace)
+    kept = [f for f in frames if not is_synthetic(f) and not is_library(f)]
+    if not kept:
+        innermost = user_frame(frames)
+        kept = [innermost] if innermost is not None else []
+    return [P.Frame(display_path(f.file), f.line, f.function, f.code) for f in kept]

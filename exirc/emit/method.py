@@ -18,7 +18,7 @@ from torch.fx import Node
 
 from exirc import program as P
 from exirc.emit.constants import ConstantTable
-from exirc.emit.frames import parse_stack_trace
+from exirc.emit.frames import program_frames
 from exirc.emit.values import ValueTable
 from exirc.errors import InternalError, UnsupportedOperatorError
 from exirc.plan.alloc import is_alloc
@@ -158,7 +158,7 @@ class MethodEmitter:
             self.operators.append(P.Operator(*key))
             self._operator_index[key] = op_index
         self.instructions.append(P.KernelCall(op_index, args))
-        self.frames.append(P.FrameList(parse_stack_trace(node.meta.get("stack_trace"))))
+        self.frames.append(P.FrameList(program_frames(node.meta.get("stack_trace"))))
 
     def _results(self, node: Node, schema: torch._C.FunctionSchema) -> list[int]:
         """Value indices of the returns; the node's value becomes them."""
