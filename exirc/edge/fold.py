@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
+# Folding results this small never matters for file size.
+_SMALL_BYTES = 256
+
+
 def _is_foldable_op(target: Any) -> bool:
     if not isinstance(target, torch._ops.OpOverload):
         return False
@@ -58,6 +62,7 @@ class ConstantFold(Pass):
                 if folded is not None:
                     values[node] = folded
 
+        self._keep_growing_ops_at_run_time(values)
         changed = False
         for node, value in values.items():
             if node.op == "placeholder":
@@ -73,6 +78,21 @@ class ConstantFold(Pass):
             graph.eliminate_dead_code()
             program.graph_module.recompile()
         return PassResult(program, changed)
+
+    @staticmethod
+    def _keep_growing_ops_at_run_time(values: dict[Node, torch.Tensor]) -> None:
+        """Unfold nodes whose result is bigger than their inputs (`expand`,
+        `repeat`): storing it would grow the file to save a cheap copy.
+
+        Users come before producers in reverse order, so an unfolded node's
+        folded inputs become the frontier instead.
+        """
+        for node in reversed(list(values)):
+            if node.op == "placeholder":
+                continue
+            inputs = sum(values[a].nbytes for a in node.all_input_nodes if a in values)
+            if values[node].nbytes > max(inputs, _SMALL_BYTES):
+                del values[node]
 
     @staticmethod
     def _evaluate(node: Node, values: dict[Node, torch.Tensor]) -> torch.Tensor | None:

@@ -29,7 +29,7 @@ class MemoryPlanPass(Pass):
 
     name: ClassVar[str] = "memory_plan"
     alignment: int = 16
-    algorithm: str = "greedy_by_size"
+    algorithm: str = "greedy_best"
 
     def run(self, program: ExportedProgram) -> PassResult:
         graph_module = program.graph_module

@@ -567,3 +567,30 @@ def test_verify_edge_admits_size_arithmetic_under_dynamic_shapes() -> None:
     verify_edge(program)
     for size in (2, 9):
         assert_same_outputs(program, model, (torch.randn(size, 4),))
+
+
+class ExpandedWeight(torch.nn.Module):
+    """A [1, 64] parameter expanded to [64, 64] and transposed before use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row = torch.nn.Parameter(torch.randn(1, 64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.row.t().expand(64, 64)
+
+
+def test_constant_fold_does_not_store_what_grows() -> None:
+    model, x = ExpandedWeight(), torch.randn(64, 64)
+    program, _ = run(export(model, x), ToEdge(), ViewsToCopies())
+
+    program, changed = run(program, ConstantFold(), DeadCodeElimination())
+
+    # The transpose folds (same bytes); the expand stays a run-time copy, so
+    # no 16 KiB constant replaces the 256-byte parameter.
+    assert changed[0] is True
+    assert targets(program) == [aten.expand_copy.default, aten.add.Tensor]
+    stored = [constant_tensor(program, n) for n in program.graph_module.graph.nodes
+              if n.op == "placeholder"]
+    assert max(t.nbytes for t in stored if t is not None) == model.row.nbytes
+    assert_same_outputs(program, model, (x,))

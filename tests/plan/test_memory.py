@@ -19,6 +19,7 @@ from exirc.errors import InternalError, ModelError, UsageError
 from exirc.plan.alloc import alloc, is_alloc
 from exirc.plan.lifetimes import Lifetime, tensor_lifetimes
 from exirc.plan.memory import (
+    ALGORITHMS,
     MemoryPlan,
     check_plan,
     lowest_gap,
@@ -266,7 +267,8 @@ def test_empty_and_zero_size_tensors() -> None:
 
 
 def test_bad_options_are_usage_errors() -> None:
-    with pytest.raises(UsageError, match="choose one of greedy_by_size, naive"):
+    with pytest.raises(UsageError,
+                       match="choose one of greedy_best, greedy_by_size, naive, shared_buffers"):
         plan_memory([], algorithm="best_fit")
     with pytest.raises(UsageError, match="alignment"):
         plan_memory([], alignment=0)
@@ -326,13 +328,16 @@ def test_plans_are_sound_and_bounded(specs: list[tuple[int, int, int]], alignmen
     lifetimes = _lifetimes(*((f"t{i}", n, s, s + d) for i, (n, s, d) in enumerate(specs)))
     plans = {
         algorithm: plan_memory(lifetimes, alignment=alignment, algorithm=algorithm)
-        for algorithm in ("greedy_by_size", "naive")
+        for algorithm in ALGORITHMS
     }
     for plan in plans.values():
         check_plan(lifetimes, plan)
         assert plan.arena_bytes >= plan.lower_bound
         assert plan.arena_bytes % alignment == 0
     assert plans["greedy_by_size"].arena_bytes <= plans["naive"].arena_bytes
+    # The best of several placements is never worse than any one of them.
+    assert plans["greedy_best"].arena_bytes <= min(plans["greedy_by_size"].arena_bytes,
+                                                   plans["shared_buffers"].arena_bytes)
 
 
 # --------------------------------------------------------------------------
