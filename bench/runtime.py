@@ -12,8 +12,10 @@ Two measurements:
     the interpreter's overhead.
   * Per-model latency of exirc against torch eager and ExecuTorch's portable
     runtime, on ExecuTorch-produced files of the reference models in
-    `tests/oracle.py`. Without ExecuTorch installed there are no such files
-    (exirc cannot compile yet), so those rows are skipped.
+    `tests/oracle.py` (skipped without ExecuTorch), and on exirc-compiled
+    files of the zoo in `tests/models/zoo.py`, for both targets (`exirc`
+    adds the fused backend ops) and, for the portable file, on ExecuTorch's
+    runtime too.
 
 Times are medians over repeated runs after a warm-up, with torch on one
 thread (`EXIRC_BENCH_THREADS` to change): ExecuTorch's portable kernels are
@@ -23,6 +25,7 @@ measures the neighbours' load more than the code.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import struct
@@ -74,6 +77,11 @@ def _rows() -> Any:
         return
     for name in RUNNABLE_MODEL_NAMES:
         yield model_latency(name)
+    from tests.models.zoo import ZOO
+
+    for name, zoo_model in ZOO.items():
+        if zoo_model.available:
+            yield compiled_latency(name)
 
 
 # ---------------------------------------------------------------------------
@@ -174,6 +182,32 @@ def model_latency(name: str) -> Row:
     return row
 
 
+def compiled_latency(name: str) -> Row:
+    """A zoo model compiled by exirc (both targets), run by exirc, ExecuTorch and eager."""
+    from exirc.compiler import CompileOptions, compile_module
+    from tests.models.zoo import ZOO
+    from tests.oracle import load_with_executorch
+
+    model = ZOO[name]
+    module, inputs = model.module(), list(model.inputs())
+    portable = compile_module(module, tuple(inputs)).data
+    fused = compile_module(module, tuple(inputs), options=CompileOptions(target="exirc")).data
+    exirc_s = _median_time(functools.partial(load(portable).run, "forward", inputs))
+    fused_s = _median_time(functools.partial(load(fused).run, "forward", inputs))
+    with torch.no_grad():
+        eager_s = _median_time(lambda: module(*inputs))
+    row: Row = {"bench": "runtime.compiled", "model": name, "exirc_ms": exirc_s * 1e3,
+                "exirc_target_ms": fused_s * 1e3, "eager_ms": eager_s * 1e3,
+                "exirc_vs_eager": exirc_s / eager_s}
+    try:
+        et_module = load_with_executorch(portable)
+    except ImportError:
+        return row
+    et_s = _median_time(lambda: et_module.forward(inputs))
+    row.update({"executorch_ms": et_s * 1e3, "exirc_vs_executorch": exirc_s / et_s})
+    return row
+
+
 def _median_time(fn: Callable[[], Any], budget: float = 0.3, warmup: int = 5) -> float:
     """Median seconds per call, over as many calls as fit in about `budget` seconds."""
     for _ in range(warmup):
@@ -198,7 +232,8 @@ def _print(row: Row) -> None:
     et = row.get("executorch_ms")
     print(f"{row['model']:<14}{row['exirc_ms']:>10.3f}{row['eager_ms']:>10.3f}"
           f"{et if et is None else format(et, '.3f'):>10}{row['exirc_vs_eager']:>9.2f}x"
-          f"{row.get('exirc_vs_executorch', float('nan')):>7.2f}x{row['load_ms']:>9.2f}")
+          f"{row.get('exirc_vs_executorch', float('nan')):>7.2f}x"
+          f"{row.get('load_ms', float('nan')):>9.2f}")
 
 
 if __name__ == "__main__":
