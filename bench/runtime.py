@@ -155,7 +155,8 @@ def per_instruction(length: int = CHAIN_LENGTH) -> Row:
 
 
 def model_latency(name: str) -> Row:
-    from tests.oracle import MODELS, executorch_pte, load_with_executorch
+    """An ExecuTorch-produced file, run by exirc, ExecuTorch and eager."""
+    from tests.oracle import MODELS, executorch_pte
 
     model = MODELS[name]
     pte, _ = executorch_pte(name)
@@ -168,25 +169,14 @@ def model_latency(name: str) -> Row:
         program = load(path)
         load_ms = (time.perf_counter() - start) * 1e3
         exirc_s = _median_time(lambda: program.run("forward", inputs))
-    with torch.no_grad():
-        eager_s = _median_time(lambda: module(*inputs))
-    row: Row = {"bench": "runtime.model", "model": name, "load_ms": load_ms,
-                "exirc_ms": exirc_s * 1e3, "eager_ms": eager_s * 1e3,
-                "exirc_vs_eager": exirc_s / eager_s}
-    try:
-        et_module = load_with_executorch(pte)
-    except ImportError:
-        return row
-    et_s = _median_time(lambda: et_module.forward(inputs))
-    row.update({"executorch_ms": et_s * 1e3, "exirc_vs_executorch": exirc_s / et_s})
-    return row
+    row: Row = {"bench": "runtime.model", "model": name, "load_ms": load_ms}
+    return _against_references(row, exirc_s, module, inputs, pte)
 
 
 def compiled_latency(name: str) -> Row:
     """A zoo model compiled by exirc (both targets), run by exirc, ExecuTorch and eager."""
     from exirc.compiler import CompileOptions, compile_module
     from tests.models.zoo import ZOO
-    from tests.oracle import load_with_executorch
 
     model = ZOO[name]
     module, inputs = model.module(), list(model.inputs())
@@ -194,13 +184,21 @@ def compiled_latency(name: str) -> Row:
     fused = compile_module(module, tuple(inputs), options=CompileOptions(target="exirc")).data
     exirc_s = _median_time(functools.partial(load(portable).run, "forward", inputs))
     fused_s = _median_time(functools.partial(load(fused).run, "forward", inputs))
+    row: Row = {"bench": "runtime.compiled", "model": name, "exirc_target_ms": fused_s * 1e3}
+    return _against_references(row, exirc_s, module, inputs, portable)
+
+
+def _against_references(row: Row, exirc_s: float, module: torch.nn.Module,
+                        inputs: list[Any], pte: bytes) -> Row:
+    """Add exirc's time beside torch eager's and ExecuTorch's on the same file."""
+    from tests.oracle import load_with_executorch
+
     with torch.no_grad():
         eager_s = _median_time(lambda: module(*inputs))
-    row: Row = {"bench": "runtime.compiled", "model": name, "exirc_ms": exirc_s * 1e3,
-                "exirc_target_ms": fused_s * 1e3, "eager_ms": eager_s * 1e3,
-                "exirc_vs_eager": exirc_s / eager_s}
+    row.update({"exirc_ms": exirc_s * 1e3, "eager_ms": eager_s * 1e3,
+                "exirc_vs_eager": exirc_s / eager_s})
     try:
-        et_module = load_with_executorch(portable)
+        et_module = load_with_executorch(pte)
     except ImportError:
         return row
     et_s = _median_time(lambda: et_module.forward(inputs))
