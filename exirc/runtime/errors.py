@@ -16,7 +16,7 @@ class ExecutionError(ExircError):
     """An instruction failed while a method ran; the message names it and its source."""
 
     exit_code = 3
-    code = "E0320"
+    code = "E0340"
     default_hint = ("the program, or the inputs it was given, do not fit this operator; "
                     "rerun with --debug for the kernel's own traceback")
 
@@ -24,6 +24,6 @@ class ExecutionError(ExircError):
 class StepLimitError(ExecutionError):
     """A run took more instructions than its step budget (a loop that does not end)."""
 
-    code = "E0321"
+    code = "E0341"
     default_hint = ("if the program really loops this long, raise the limit "
                     "(`exirc run --max-steps N`, or `load(..., max_steps=N)`)")

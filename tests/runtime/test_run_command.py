@@ -174,7 +174,7 @@ def test_kernel_failure_exit_code_3(capsys: pytest.CaptureFixture[str], tmp_path
     path.write_bytes(serialize(program))
     code, _, err = run(capsys, str(path), "--random")
     assert code == 3
-    assert err.startswith("error[E0320]: while executing instruction 0 (aten::add.out) of "
+    assert err.startswith("error[E0340]: while executing instruction 0 (aten::add.out) of "
                           "method 'forward': RuntimeError:")
     assert "Traceback" not in err
 
@@ -216,7 +216,7 @@ def test_max_memory_and_max_steps(capsys: pytest.CaptureFixture[str], add_pte: P
     # --random feeds n = 1: the loop runs once, in 7 instructions.
     assert code == 0, err
     code, _, err = run(capsys, str(path), "--random", "--max-steps", "5")
-    assert code == 3 and err.startswith("error[E0321]: method 'forward' did not finish within 5")
+    assert code == 3 and err.startswith("error[E0341]: method 'forward' did not finish within 5")
 
 
 @requires_executorch
