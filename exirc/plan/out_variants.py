@@ -68,6 +68,11 @@ def out_arguments(target: Any) -> list[torch._C.Argument]:
     return [a for a in target._schema.arguments if a.is_out]
 
 
+def _passes_outs(node: Node) -> bool:
+    """Whether a call already writes into given memory (rewritten before)."""
+    return any(a.name in node.kwargs for a in out_arguments(node.target))
+
+
 def _alloc_node(graph: torch.fx.Graph, before: Node, fake: torch.Tensor) -> Node:
     # The argument is for people reading the graph; the planner reads
     # meta["val"]. Symbolic sizes are spelled out, not passed as SymInts.
@@ -102,16 +107,12 @@ class ToOutVariants(Pass):
             if node.op != "call_function" or \
                     not isinstance(target, (torch._ops.OpOverload, BackendOp)):
                 continue
-            if not _returns_tensors(target):
+            if not _returns_tensors(target) or _passes_outs(node):
                 continue  # size arithmetic (sym_size, prims) writes Int values
             out_op = out_variant(target)
             if out_op is None:
                 where = source_location(node)
                 missing.append(f"{target} (node {node.name}{', at ' + where if where else ''})")
-                continue
-            if out_op is target and not isinstance(target, BackendOp):
-                continue  # already an out-variant call
-            if isinstance(target, BackendOp) and any(k in node.kwargs for k in target.out_names):
                 continue
             self._rewrite(graph, node, out_op)
             changed = True
