@@ -47,6 +47,12 @@ class InputError(UsageError):
     code = "E0201"
 
 
+class PluginError(UsageError):
+    """A user's plugin (a pass named `module:attr`, a kernel) raised."""
+
+    code = "E0202"
+
+
 class FormatError(ExircError):
     """A program file is malformed: `field` is the path of the bad field."""
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from exirc.errors import ExircError, InternalError
-from exirc.passes.contract import Pass, PassResult, pass_label
+from exirc.errors import ExircError, InternalError, PluginError
+from exirc.passes.contract import FunctionPass, Pass, PassResult, pass_label
 from exirc.passes.pipeline import STAGES, Pipeline
 
 if TYPE_CHECKING:
@@ -73,14 +73,23 @@ def _node_count(program: ExportedProgram) -> int:
     return len(program.graph_module.graph.nodes)
 
 
+def _is_ours(p: Pass) -> bool:
+    implementation = p.function if isinstance(p, FunctionPass) else type(p)
+    return str(getattr(implementation, "__module__", "")).startswith("exirc.")
+
+
 def run_pass(p: Pass, program: ExportedProgram) -> PassResult:
     try:
         result = p.run(program)
     except ExircError:
         raise
     except Exception as error:
-        raise InternalError(f"pass {pass_label(p)} failed: {type(error).__name__}: {error}") \
-            from error
+        message = f"pass {pass_label(p)} failed: {type(error).__name__}: {error}"
+        # A plugin's failure is its author's to fix, not a bug to report to us.
+        if not _is_ours(p):
+            raise PluginError(message, hint="the error is in your pass; rerun with --debug "
+                                            "for its traceback") from error
+        raise InternalError(message) from error
     if not isinstance(result, PassResult):
         raise InternalError(f"pass {pass_label(p)} returned {type(result).__name__}, "
                             "not a PassResult")

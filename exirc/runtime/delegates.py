@@ -11,6 +11,7 @@ load, with every other missing piece of the program.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -35,8 +36,9 @@ class BackendRegistry:
     """Backends by id. Lookups fall back to the parent registry."""
 
     def __init__(self, parent: BackendRegistry | None = None) -> None:
-        self._backends: dict[str, Backend] = {}
-        self._parent = parent
+        # Lookups fall through to the parent's entries, never writes.
+        self._backends: ChainMap[str, Backend] = (
+            ChainMap({}) if parent is None else parent._backends.new_child())
 
     def register(self, backend_id: str, backend: Any = None) -> Any:
         """Register `backend` (an instance, or a class to instantiate) under `backend_id`.
@@ -52,13 +54,7 @@ class BackendRegistry:
         return backend
 
     def find(self, backend_id: str) -> Backend | None:
-        registry: BackendRegistry | None = self
-        while registry is not None:
-            backend = registry._backends.get(backend_id)
-            if backend is not None:
-                return backend
-            registry = registry._parent
-        return None
+        return self._backends.get(backend_id)
 
 
 BACKENDS = BackendRegistry()

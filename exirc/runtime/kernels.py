@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import ChainMap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -65,8 +66,9 @@ class KernelRegistry:
     exirc's backend ops and to ATen."""
 
     def __init__(self, parent: KernelRegistry | None = None) -> None:
-        self._kernels: dict[str, Kernel] = {}
-        self._parent = parent
+        # Lookups fall through to the parent's entries, never writes.
+        self._kernels: ChainMap[str, Kernel] = (
+            ChainMap({}) if parent is None else parent._kernels.new_child())
 
     @overload
     def register(self, spec: str) -> Callable[[KernelFn], KernelFn]: ...
@@ -89,14 +91,8 @@ class KernelRegistry:
         return fn
 
     def find(self, name: str, overload: str) -> Kernel | None:
-        key = operator_key(name, overload)
-        registry: KernelRegistry | None = self
-        while registry is not None:
-            kernel = registry._kernels.get(key)
-            if kernel is not None:
-                return kernel
-            registry = registry._parent
-        return backend_kernel(name, overload) or aten_kernel(name, overload)
+        kernel = self._kernels.get(operator_key(name, overload))
+        return kernel or backend_kernel(name, overload) or aten_kernel(name, overload)
 
 
 KERNELS = KernelRegistry()

@@ -23,6 +23,7 @@ from exirc.edge.noops import RemoveNoopCopies
 from exirc.edge.scalars import ScalarsToTensors
 from exirc.edge.verify import verify_edge
 from exirc.errors import DialectError, UsageError
+from tests.oracle import MLP
 
 aten = torch.ops.aten
 
@@ -122,16 +123,6 @@ def test_addmm_relu_schema_is_an_out_variant() -> None:
 # --------------------------------------------------------------------------
 # Fusion.
 # --------------------------------------------------------------------------
-
-
-class MLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(8, 16)
-        self.fc2 = torch.nn.Linear(16, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
 
 
 class SharedLinear(torch.nn.Module):

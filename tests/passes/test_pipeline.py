@@ -220,6 +220,10 @@ def count_nodes(program, *, label="plain"):
 
 def broken(program):
     return program  # not a PassResult
+
+
+def raising(program):
+    raise ValueError("bad plugin state")
 """
 
 
@@ -301,6 +305,16 @@ def test_a_plugin_returning_the_wrong_type_is_an_internal_error(
     assert out == ""
     assert err.startswith("error[E0100]: pass broken returned ExportedProgram, "
                           "not a PassResult\n")
+    assert not pte.exists()
+
+
+def test_a_plugin_that_raises_is_the_users_error_not_ours(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, plugin: str) -> None:
+    code, out, err, pte = compile_with(capsys, tmp_path, portable_with([f"{plugin}:raising"]))
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error[E0202]: pass raising failed: ValueError: bad plugin state\n")
+    assert "the error is in your pass" in err and "please report" not in err
     assert not pte.exists()
 
 
