@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from exirc.backend.ops import BackendOp, bind_pattern_to_op
+from exirc.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -61,12 +62,15 @@ class SymIntToPrims(Pass):
 
     def run(self, program: ExportedProgram) -> PassResult:
         changed = False
-        for node in program.graph_module.graph.nodes:
-            if node.op != "call_function" or node.target not in PRIMS:
-                continue
-            if isinstance(node.meta.get("val"), _SYMBOLIC):
-                node.target = PRIMS[node.target]
+        for module in graph_modules(program.graph_module):
+            changed_here = False
+            for node in module.graph.nodes:
+                if node.op != "call_function" or node.target not in PRIMS:
+                    continue
+                if isinstance(node.meta.get("val"), _SYMBOLIC):
+                    node.target = PRIMS[node.target]
+                    changed_here = True
+            if changed_here:
+                module.recompile()
                 changed = True
-        if changed:
-            program.graph_module.recompile()
         return PassResult(program, changed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exirc.backend.ops import BackendOp
+from exirc.control_flow import all_nodes, is_control_flow
 from exirc.edge.ops import is_edge_op
 from exirc.errors import DialectError
 from exirc.source import describe_node
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
 
 
 def verify_backend(program: ExportedProgram) -> None:
-    for node in program.graph_module.graph.nodes:
-        if node.op != "call_function":
+    for node in all_nodes(program.graph_module):
+        if node.op != "call_function" or is_control_flow(node):
             continue
         if isinstance(node.target, BackendOp) or is_edge_op(node.target):
             continue

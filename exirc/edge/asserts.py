@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from exirc.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -37,13 +38,16 @@ class RemoveAssertions(Pass):
     name: ClassVar[str] = "remove_assertions"
 
     def run(self, program: ExportedProgram) -> PassResult:
-        graph = program.graph_module.graph
         changed = False
-        for node in list(graph.nodes):
-            if node.op == "call_function" and node.target in ASSERTIONS and not node.users:
-                graph.erase_node(node)
+        for module in graph_modules(program.graph_module):
+            graph = module.graph
+            erased = False
+            for node in list(graph.nodes):
+                if node.op == "call_function" and node.target in ASSERTIONS and not node.users:
+                    graph.erase_node(node)
+                    erased = True
+            if erased:
+                graph.eliminate_dead_code()
+                module.recompile()
                 changed = True
-        if changed:
-            graph.eliminate_dead_code()
-            program.graph_module.recompile()
         return PassResult(program, changed)

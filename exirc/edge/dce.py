@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from exirc.edge.constants import constant_tensor, remove_constant
+from exirc.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -23,7 +24,12 @@ class DeadCodeElimination(Pass):
 
     def run(self, program: ExportedProgram) -> PassResult:
         graph = program.graph_module.graph
-        changed = bool(graph.eliminate_dead_code())
+        changed = False
+        # Subgraphs first: what they stop reading, their parent may then drop.
+        for module in reversed(list(graph_modules(program.graph_module))):
+            if module.graph.eliminate_dead_code():
+                module.recompile()
+                changed = True
         for node in list(graph.nodes):
             if node.op == "placeholder" and not node.users and \
                     constant_tensor(program, node) is not None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from exirc.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -96,16 +97,19 @@ class ViewsToCopies(Pass):
 
     def run(self, program: ExportedProgram) -> PassResult:
         changed = False
-        for node in program.graph_module.graph.nodes:
-            target = node.target
-            if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-                continue
-            if not (target.is_view or target._schema.name == "aten::_unsafe_view"):
-                continue
-            twin = copy_twin(target)
-            if twin is not None:
-                node.target = twin
+        for module in graph_modules(program.graph_module):
+            changed_here = False
+            for node in module.graph.nodes:
+                target = node.target
+                if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+                    continue
+                if not (target.is_view or target._schema.name == "aten::_unsafe_view"):
+                    continue
+                twin = copy_twin(target)
+                if twin is not None:
+                    node.target = twin
+                    changed_here = True
+            if changed_here:
+                module.recompile()
                 changed = True
-        if changed:
-            program.graph_module.recompile()
         return PassResult(program, changed)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch.fx import Node
 
+from exirc.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -49,15 +50,18 @@ class RemoveNoopCopies(Pass):
 
     def run(self, program: ExportedProgram) -> PassResult:
         changed = False
-        graph = program.graph_module.graph
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target not in _COPIES or not _is_noop(node):
-                continue
-            if any(user.op == "output" for user in node.users):
-                continue
-            node.replace_all_uses_with(node.args[0])
-            graph.erase_node(node)
-            changed = True
-        if changed:
-            program.graph_module.recompile()
+        for module in graph_modules(program.graph_module):
+            removed = False
+            for node in list(module.graph.nodes):
+                if node.op != "call_function" or node.target not in _COPIES or \
+                        not _is_noop(node):
+                    continue
+                if any(user.op == "output" for user in node.users):
+                    continue
+                node.replace_all_uses_with(node.args[0])
+                module.graph.erase_node(node)
+                removed = True
+            if removed:
+                module.recompile()
+                changed = True
         return PassResult(program, changed)

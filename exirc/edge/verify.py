@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from exirc.control_flow import all_nodes, is_control_flow
 from exirc.edge.ops import SIZE_OPS, is_edge_op
 from exirc.errors import DialectError
 from exirc.source import describe_node
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 
 def verify_edge(program: ExportedProgram) -> None:
     graph_module = program.graph_module
-    for node in graph_module.graph.nodes:
-        if node.op != "call_function":
+    for node in all_nodes(graph_module):
+        if node.op != "call_function" or is_control_flow(node):
             continue
         # Python arithmetic on SymInts (sizes under dynamic shapes) stays until the
         # backend's sym_prims pass; the Backend verifier rejects what is left of it.

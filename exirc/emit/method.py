@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.export.graph_signature import InputKind, TensorArgument
-from torch.fx import Node
+from torch.fx import GraphModule, Node
 
 from exirc import program as P
+from exirc.control_flow import output_values, placeholders
 from exirc.emit.constants import ConstantTable
+from exirc.emit.control_flow import emit_control_flow
 from exirc.emit.frames import program_frames
 from exirc.emit.values import ValueTable
 from exirc.errors import InternalError, UnsupportedOperatorError
 from exirc.plan.alloc import is_alloc
+from exirc.plan.control_flow import is_out_form
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -58,6 +61,12 @@ class MethodEmitter:
         self.frames: list[P.FrameList] = []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
+        # The graph node each instruction comes from (for --verify and reports).
+        self.instruction_nodes: list[Node] = []
+        # Frames of the enclosing control-flow nodes: a subgraph's own nodes
+        # carry traced frames (<eval_with_key>), not the user's.
+        self._enclosing_frames: list[list[P.Frame]] = []
+        self._false_value: int | None = None
 
     def emit(self) -> P.ExecutionPlan:
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs
@@ -65,14 +74,10 @@ class MethodEmitter:
         for node in self.program.graph_module.graph.nodes:
             if node.op == "placeholder":
                 self.placeholder(node, specs.get(node.name))
-            elif node.op == "call_function":
-                self.call(node)
             elif node.op == "output":
                 self.output(node)
-            elif node.op == "get_attr":
-                continue  # read by the higher-order op that uses it
             else:
-                raise InternalError(f"cannot emit node {node.name} ({node.op})")
+                self.body_node(node)
         plan_meta = self.program.graph_module.meta.get("memory_plan")
         arena = int(getattr(plan_meta, "arena_bytes", 0))
         return P.ExecutionPlan(
@@ -89,6 +94,63 @@ class MethodEmitter:
         )
 
     # -- nodes -------------------------------------------------------------
+
+    def body_node(self, node: Node) -> None:
+        """A node other than placeholder and output, in any graph."""
+        if node.op == "call_function":
+            self.call(node)
+        elif node.op != "get_attr":  # a get_attr is read by the control flow using it
+            raise InternalError(f"cannot emit node {node.name} ({node.op})")
+
+    def subgraph(self, module: GraphModule, operands: list[int], node: Node) -> list[int]:
+        """Emit `module` inline with its placeholders bound to the values
+        `operands`; the value indices of its results. `node` is the
+        control-flow node calling it."""
+        frames = self._frames(node)
+        self._enclosing_frames.append(frames)
+        try:
+            for placeholder, operand in zip(placeholders(module), operands):
+                self.table.of_node[placeholder] = operand
+            for inner in module.graph.nodes:
+                if inner.op not in ("placeholder", "output"):
+                    self.body_node(inner)
+            return [self.table.argument(r, "Tensor") for r in output_values(module)]
+        finally:
+            self._enclosing_frames.pop()
+
+    def operand(self, value: Any) -> int:
+        return self.table.argument(value, "Tensor" if isinstance(value, Node) else "int")
+
+    def false_value(self) -> int:
+        """A Bool(False) value: the condition of an unconditional jump."""
+        if self._false_value is None:
+            self._false_value = self.table.add(P.Bool(False))
+        return self._false_value
+
+    def append(self, instruction: P.Instruction, node: Node) -> int:
+        """Add an instruction made for `node`; its index."""
+        self.instructions.append(instruction)
+        self.instruction_nodes.append(node)
+        self.frames.append(P.FrameList(self._frames(node)))
+        return len(self.instructions) - 1
+
+    def _frames(self, node: Node) -> list[P.Frame]:
+        frames = program_frames(node.meta.get("stack_trace"))
+        if not frames and self._enclosing_frames:
+            return self._enclosing_frames[-1]
+        return frames
+
+    def operator(self, name: str, overload: str) -> int:
+        key = (name, overload)
+        op_index = self._operator_index.get(key)
+        if op_index is None:
+            op_index = len(self.operators)
+            self.operators.append(P.Operator(*key))
+            self._operator_index[key] = op_index
+        return op_index
+
+    def kernel(self, name: str, overload: str, args: list[int], node: Node) -> int:
+        return self.append(P.KernelCall(self.operator(name, overload), args), node)
 
     def placeholder(self, node: Node, spec: Any) -> None:
         fake = node.meta["val"]
@@ -133,6 +195,9 @@ class MethodEmitter:
             assert isinstance(source, Node) and isinstance(item, int)
             self.table.of_node[node] = self.table.node_value(source)[item]
             return
+        if is_out_form(node):
+            emit_control_flow(self, node)
+            return
         self.kernel_call(node)
 
     def kernel_call(self, node: Node) -> None:
@@ -151,14 +216,7 @@ class MethodEmitter:
             args.append(self.table.argument(value, str(argument.type)))
         results = self._results(node, schema)
         args.extend(results)
-        key = operator_name(node.target)
-        op_index = self._operator_index.get(key)
-        if op_index is None:
-            op_index = len(self.operators)
-            self.operators.append(P.Operator(*key))
-            self._operator_index[key] = op_index
-        self.instructions.append(P.KernelCall(op_index, args))
-        self.frames.append(P.FrameList(program_frames(node.meta.get("stack_trace"))))
+        self.kernel(*operator_name(node.target), args, node)
 
     def _results(self, node: Node, schema: torch._C.FunctionSchema) -> list[int]:
         """Value indices of the returns; the node's value becomes them."""

@@ -12,7 +12,15 @@ tensors, and a use of an alias is a use of what it aliases:
 Parameters, buffers and constants are not planned. The `output` node is the
 last node, so what it returns stays live to the end.
 
-    lifetime = [index of the defining node, index of the last use], inclusive
+Positions follow the order the emitter lays instructions out: a control-flow
+node, then its subgraphs one after the other, then what follows it. So the
+two branches of a `cond` can share memory (only one runs), and a tensor
+from before a loop that the loop reads stays live to the loop's end, since
+every iteration reads it again. A subgraph's placeholders stand for the
+operands they receive; a `cond` result keeps its branches' results live
+too, because moving a tensor aliases it on ExecuTorch's runtime.
+
+    lifetime = [position of the defining node, position of the last use], inclusive
     nbytes   = numel * element size, each symbolic dim at its upper bound
 """
 
@@ -23,10 +31,12 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 import torch
-from torch.fx import Graph, Node
+from torch.fx import Graph, GraphModule, Node
 
+from exirc.control_flow import output_values, placeholders
 from exirc.errors import InternalError, ModelError
 from exirc.plan.alloc import is_alloc
+from exirc.plan.control_flow import cond_out, is_out_form, map_out, out_form_subgraphs
 
 SizeBound = Callable[[torch.SymInt], int | None]
 
@@ -64,19 +74,95 @@ def tensor_lifetimes(
     the upper bound of a symbolic dim (default: its shape environment's range).
     """
     bound = size_bound if size_bound is not None else shape_env_bound
-    start: dict[Node, int] = {}
-    end: dict[Node, int] = {}
-    bases: dict[Node, tuple[Node, ...]] = {}
-    for index, node in enumerate(graph.nodes):
-        for used in node.all_input_nodes:
-            for base in bases[used]:
-                if base in end:
-                    end[base] = index
-        bases[node] = _bases(node, bases, view_ops)
-        if _is_planned(node, user_inputs):
-            start[node] = 0 if node.op == "placeholder" else index
-            end[node] = index
-    return [Lifetime(node, _nbytes(node, bound), start[node], end[node]) for node in start]
+    walk = _Walk(view_ops)
+    for node in graph.nodes:
+        if node.op == "placeholder" and _is_planned(node, user_inputs):
+            walk.start[node] = 0
+        walk.node(node)
+    walk.keep_moved_results_live()
+    return [Lifetime(node, _nbytes(node, bound), walk.start[node], walk.end[node])
+            for node in walk.start]
+
+
+class _Walk:
+    """Positions and uses over a graph and its subgraphs, in emission order."""
+
+    def __init__(self, view_ops: Collection[object]) -> None:
+        self.view_ops = view_ops
+        self.position = -1
+        self.start: dict[Node, int] = {}
+        self.end: dict[Node, int] = {}
+        self.bases: dict[Node, tuple[Node, ...]] = {}
+        # (branch result bases, cond out): the out may alias those results.
+        self.moved: list[tuple[tuple[Node, ...], Node]] = []
+
+    def step(self) -> int:
+        self.position += 1
+        return self.position
+
+    def use(self, nodes: Iterable[Node], position: int) -> None:
+        for used in nodes:
+            for base in self.bases[used]:
+                if base in self.start:
+                    self.end[base] = max(self.end.get(base, position), position)
+
+    def node(self, node: Node) -> None:
+        position = self.step()
+        self.use(node.all_input_nodes, position)
+        self.bases[node] = _bases(node, self.bases, self.view_ops)
+        if is_alloc(node):
+            self.start[node] = position
+        if node in self.start:
+            self.end[node] = max(self.end.get(node, position), position)
+        if is_out_form(node):
+            self.control_flow(node)
+
+    def subgraph(self, module: GraphModule, operands: list[object]) -> list[Node]:
+        """Walk `module` with its placeholders bound to `operands`; its results."""
+        for placeholder, operand in zip(placeholders(module), operands):
+            self.bases[placeholder] = self.bases[operand] if isinstance(operand, Node) else ()
+        for node in module.graph.nodes:
+            if node.op != "placeholder":
+                self.node(node)
+        return [r for r in output_values(module) if isinstance(r, Node)]
+
+    def control_flow(self, node: Node) -> None:
+        owner = node.graph.owning_module
+        assert owner is not None
+        modules = out_form_subgraphs(owner, node)
+        outs = list(node.args[-1])  # type: ignore[arg-type]
+        if node.target is cond_out:
+            operands = list(node.args[3])  # type: ignore[arg-type]
+            for branch in modules:
+                results = self.subgraph(branch, operands)
+                self.use([*results, *outs], self.step())  # the moves into outs
+                for result, out in zip(results, outs):
+                    self.moved.append((self.bases[result], out))
+            return
+        loop_start = self.position + 1
+        if node.target is map_out:
+            _, xs, args, slices, _ = node.args
+            self.use([*xs, *slices], self.step())  # the select_copy of row i
+            results = self.subgraph(modules[0], [*slices, *args])  # type: ignore[misc]
+        else:
+            _, _, _, additional, _ = node.args
+            state = [*outs, *additional]  # type: ignore[misc]
+            self.use(self.subgraph(modules[0], state), self.step())  # the jump
+            results = self.subgraph(modules[1], state)
+        self.use([*results, *outs], self.step())  # results into outs
+        self.extend_through_loop(loop_start, self.step())  # the back edge
+
+    def extend_through_loop(self, loop_start: int, loop_end: int) -> None:
+        """What was live before the loop and is read in it, lives through it."""
+        for base, first in self.start.items():
+            if first < loop_start <= self.end.get(base, -1):
+                self.end[base] = max(self.end[base], loop_end)
+
+    def keep_moved_results_live(self) -> None:
+        for results, out in self.moved:
+            for base in results:
+                if base in self.start:
+                    self.end[base] = max(self.end[base], self.end[out])
 
 
 def _is_planned(node: Node, user_inputs: Collection[str]) -> bool:
@@ -103,6 +189,8 @@ def _bases(
         if isinstance(source, Node) and isinstance(i, int) and i < len(bases[source]):
             return (bases[source][i],)
         return (node,)
+    if is_out_form(node):
+        return tuple(base for out in node.args[-1] for base in bases[out])  # type: ignore[union-attr]
     if isinstance(node.target, torch._ops.OpOverload):
         written = _written_outputs(node, node.target._schema)
         if written:

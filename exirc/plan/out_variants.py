@@ -18,7 +18,9 @@ from torch.fx import Node
 from exirc.backend.ops import BackendOp
 from exirc.errors import UnsupportedOperatorError
 from exirc.passes.contract import Pass, PassResult
+from exirc.control_flow import WHILE_LOOP, is_control_flow, subgraphs
 from exirc.plan.alloc import alloc
+from exirc.plan.control_flow import copy_passthrough_results, to_out_form
 from exirc.source import source_location
 
 if TYPE_CHECKING:
@@ -99,11 +101,30 @@ class ToOutVariants(Pass):
     name: ClassVar[str] = "to_out_variants"
 
     def run(self, program: ExportedProgram) -> PassResult:
-        graph = program.graph_module.graph
         missing: list[str] = []
+        changed = self._convert(program.graph_module, missing)
+        if missing:
+            raise UnsupportedOperatorError(
+                "no out-variant for: " + "; ".join(missing),
+                hint="every kernel must write into planned memory; decompose the op or "
+                     "register a backend op with an out-variant")
+        return PassResult(program, changed)
+
+    def _convert(self, module: torch.fx.GraphModule, missing: list[str]) -> bool:
+        """Convert `module` and, first, the subgraphs of its control flow."""
+        graph = module.graph
         changed = False
         for node in list(graph.nodes):
             target = node.target
+            if is_control_flow(node):
+                branches = subgraphs(module, node)
+                if target is WHILE_LOOP:
+                    copy_passthrough_results(branches[1])
+                for branch in branches:
+                    self._convert(branch, missing)
+                to_out_form(module, node, lambda before, fake: _alloc_node(graph, before, fake))
+                changed = True
+                continue
             if node.op != "call_function" or \
                     not isinstance(target, (torch._ops.OpOverload, BackendOp)):
                 continue
@@ -116,14 +137,9 @@ class ToOutVariants(Pass):
                 continue
             self._rewrite(graph, node, out_op)
             changed = True
-        if missing:
-            raise UnsupportedOperatorError(
-                "no out-variant for: " + "; ".join(missing),
-                hint="every kernel must write into planned memory; decompose the op or "
-                     "register a backend op with an out-variant")
         if changed:
-            program.graph_module.recompile()
-        return PassResult(program, changed)
+            module.recompile()
+        return changed
 
     @staticmethod
     def _rewrite(graph: torch.fx.Graph, node: Node, out_op: Any) -> None:
