@@ -482,6 +482,22 @@ class Program:
 
         raise UsageError(f"no method named {name!r} in the program (methods: {known})")
 
+    def named_segment(self, key: str) -> bytes | memoryview | None:
+        """The data of the segment `named_data` names `key`, or None."""
+        for named in self.named_data:
+            if named.key == key and 0 <= named.segment_index < len(self.segments):
+                return self.segments[named.segment_index].data
+        return None
+
+    def add_named_segment(self, key: str, data: bytes) -> None:
+        """Store `data` in a new segment that `named_data` names `key`.
+
+        Runtimes look named data up by key, so one that does not know the
+        key ignores it (exirc keeps its own metadata there).
+        """
+        self.segments.append(DataSegment(data))
+        self.named_data.append(NamedData(key, len(self.segments) - 1))
+
     def constant_count(self) -> int:
         """Number of constant buffers, counting the reserved entry 0."""
         if self.constant_segment is not None and self.constant_segment.offsets:

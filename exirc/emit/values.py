@@ -57,6 +57,8 @@ class ValueTable:
 
     def __init__(self) -> None:
         self.values: list[P.EValue] = []
+        # Value index -> its dims, symbolic ones as sympy expressions.
+        self.symbolic_dims: dict[int, list[Any]] = {}
         # Node -> value index (or indices, for multi-output nodes).
         self.of_node: dict[Node, Any] = {}
 
@@ -68,6 +70,9 @@ class ValueTable:
                allocation: P.AllocationDetails | None = None) -> int:
         sizes = [upper_bound(s) for s in fake.shape]
         static = all(isinstance(s, int) for s in fake.shape)
+        if not static:
+            self.symbolic_dims[len(self.values)] = [
+                s if isinstance(s, int) else s.node.expr for s in fake.shape]
         return self.add(P.Tensor(
             scalar_type=scalar_type(fake.dtype),
             sizes=sizes,

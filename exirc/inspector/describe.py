@@ -12,16 +12,25 @@ from collections import Counter
 from typing import Any
 
 from exirc import program as P
-from exirc.inspector.listing import instruction_text, source_of, value_type
+from exirc import symbolic_shapes
+from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
+from exirc.symbolic_shapes import MethodShapes
 from exirc.serialize import ProgramFile
 
 FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1
 
 
+def program_shapes(program: P.Program) -> dict[str, MethodShapes]:
+    """The symbolic shapes exirc stores beside a program (none in other files)."""
+    data = program.named_segment(symbolic_shapes.NAMED_DATA_KEY)
+    return symbolic_shapes.decode(data) if data is not None else {}
+
+
 def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
     program = pf.program
     roles = segment_roles(program)
+    shapes = program_shapes(program)
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -43,7 +52,8 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
         },
         "size": size_breakdown(pf, roles),
         "constants": constants_summary(program),
-        "methods": [describe_plan(program, plan) for plan in program.execution_plan],
+        "methods": [describe_plan(program, plan, shapes.get(plan.name))
+                    for plan in program.execution_plan],
     }
 
 
@@ -102,8 +112,10 @@ def constants_summary(program: P.Program) -> dict[str, int]:
     }
 
 
-def describe_plan(program: P.Program, plan: P.ExecutionPlan) -> dict[str, Any]:
+def describe_plan(program: P.Program, plan: P.ExecutionPlan,
+                  shapes: MethodShapes | None = None) -> dict[str, Any]:
     calls: Counter[int] = Counter()
+    context = ListingContext.of(plan, shapes)
     instructions = []
     for c, chain in enumerate(plan.chains):
         for i, instr in enumerate(chain.instructions):
@@ -114,15 +126,17 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan) -> dict[str, Any]:
                 "chain": c,
                 "index": i,
                 "kind": type(instr).__name__,
-                "text": instruction_text(plan, instr),
+                "text": instruction_text(plan, instr, context),
                 "source": source_of(frames),
                 **{k: v for k, v in vars(instr).items()},
             })
     value_kinds = Counter(type(v).__name__ for v in plan.values)
     return {
         "name": plan.name,
-        "inputs": [io_entry(plan, index) for index in plan.inputs],
-        "outputs": [io_entry(plan, index) for index in plan.outputs],
+        "inputs": [io_entry(plan, index, shapes) for index in plan.inputs],
+        "outputs": [io_entry(plan, index, shapes) for index in plan.outputs],
+        "symbols": {name: {"min": r.lower, "max": r.upper}
+                    for name, r in (shapes.symbols.items() if shapes else [])},
         "chains": len(plan.chains),
         "instruction_count": len(instructions),
         "kernel_calls": sum(calls.values()),
@@ -155,10 +169,12 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan) -> dict[str, Any]:
     }
 
 
-def io_entry(plan: P.ExecutionPlan, index: int) -> dict[str, Any]:
+def io_entry(plan: P.ExecutionPlan, index: int,
+             shapes: MethodShapes | None = None) -> dict[str, Any]:
     value = plan.values[index]
+    dims = shapes.describe_dims(index) if shapes is not None else None
     entry: dict[str, Any] = {"value": index, "kind": type(value).__name__, "type":
-                             value_type(value)}
+                             value_type(value, dims)}
     if isinstance(value, P.Tensor):
         entry.update(
             dtype=value.scalar_type.short_name,
@@ -166,6 +182,8 @@ def io_entry(plan: P.ExecutionPlan, index: int) -> dict[str, Any]:
             dynamism=value.shape_dynamism.name.lower(),
             bytes=value.nbytes,
         )
+        if shapes is not None and index in shapes.values:
+            entry["dims"] = shapes.values[index]  # sizes, or expressions over symbols
     return entry
 
 

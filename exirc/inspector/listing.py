@@ -3,27 +3,51 @@
 In the spirit of the TorchScript IR's canonical text: every value is `%N`
 (its index in the plan's value table), a kernel call reads
 `%7 : f32[4, 128] = aten::addmm.out(%3, %0, %5, 1, 1, out=%7)`, and
-non-tensor arguments are shown as literals so the line stands on its own.
+non-tensor arguments are shown as literals so the line stands on its own,
+except numbers that instructions write at run time (sizes, loop counters),
+which are `%N` too. Control flow reads like code: a `JumpFalseCall` is
+`if not %8: goto 8` (or `goto 10` when its condition is a constant False),
+and the branches and loop bodies it delimits are indented:
+
+       2  if not %8: goto 8
+       3    %11 : f32[4, 3] = aten::relu.out(%3, out=%11)
+       4    goto 6
+          else:
+       5    %12 : f32[4, 3] = aten::neg.out(%3, out=%12)
+       6  %13 : ...
+          loop:
+       7    ...
+       9    if not %16: goto 7
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 from exirc import program as P
+from exirc.symbolic_shapes import MethodShapes
 
 # Long literal lists are cut so a line stays readable.
 _MAX_LIST_ITEMS = 8
 
+# Kernels that return nothing: their last argument is an input, not a result.
+NO_RESULT_OPS = frozenset({"executorch_prim::et_copy_index.tensor"})
 
-def value_type(value: P.EValue) -> str:
-    """The type of a value, e.g. `f32[2, 3]`, `int`, `Tensor[]`."""
+
+def value_type(value: P.EValue, dims: list[str] | None = None) -> str:
+    """The type of a value, e.g. `f32[2, 3]`, `f32[s0<=64, 3]`, `int`, `Tensor[]`.
+
+    `dims` are a dynamic tensor's dims by symbol, when the file stores them;
+    without them every dim of a dynamic tensor shows as an upper bound.
+    """
     if isinstance(value, P.Tensor):
-        # Sizes of a dynamic tensor are upper bounds; the file does not say
-        # which dimensions vary, so every one is marked.
+        if dims is not None and len(dims) == len(value.sizes):
+            return f"{value.scalar_type.short_name}[{', '.join(dims)}]"
         bound = "<=" if value.shape_dynamism != P.TensorShapeDynamism.STATIC else ""
-        dims = ", ".join(f"{bound}{s}" for s in value.sizes)
-        return f"{value.scalar_type.short_name}[{dims}]"
+        shown = ", ".join(f"{bound}{s}" for s in value.sizes)
+        return f"{value.scalar_type.short_name}[{shown}]"
     return {
         P.Null: "None", P.Int: "int", P.Bool: "bool", P.Double: "float", P.String: "str",
         P.IntList: "int[]", P.DoubleList: "float[]", P.BoolList: "bool[]",
@@ -38,10 +62,31 @@ def _literal_list(items: list[Any], fmt: Any) -> str:
     return "[" + ", ".join(shown) + "]"
 
 
-def operand(plan: P.ExecutionPlan, index: int) -> str:
-    """An argument as written in a call: `%N` for tensors, a literal otherwise."""
+def written_scalars(plan: P.ExecutionPlan) -> frozenset[int]:
+    """Non-tensor values that instructions write (results of size and prim ops)."""
+    written: set[int] = set()
+    for chain in plan.chains:
+        for instr in chain.instructions:
+            if isinstance(instr, P.KernelCall) and instr.args and \
+                    _op_name(plan, instr) not in NO_RESULT_OPS:
+                written.add(instr.args[-1])
+            elif isinstance(instr, P.MoveCall):
+                written.add(instr.move_to)
+    return frozenset(i for i in written if 0 <= i < len(plan.values)
+                     and isinstance(plan.values[i], (P.Int, P.Bool, P.Double)))
+
+
+def _op_name(plan: P.ExecutionPlan, instr: P.KernelCall) -> str:
+    if 0 <= instr.op_index < len(plan.operators):
+        return plan.operators[instr.op_index].qualified_name
+    return "?"
+
+
+def operand(plan: P.ExecutionPlan, index: int, written: Collection[int] = ()) -> str:
+    """An argument as written in a call: `%N` for tensors and run-time numbers,
+    a literal otherwise."""
     value = plan.values[index]
-    if isinstance(value, P.Tensor):
+    if isinstance(value, P.Tensor) or index in written:
         return f"%{index}"
     if isinstance(value, P.Null):
         return "None"
@@ -68,18 +113,24 @@ def _boxed_int(plan: P.ExecutionPlan, index: int) -> str:
     return str(value.int_val) if isinstance(value, P.Int) else f"%{index}"
 
 
-def instruction_text(plan: P.ExecutionPlan, instr: P.Instruction) -> str:
+def instruction_text(plan: P.ExecutionPlan, instr: P.Instruction,
+                     context: ListingContext | None = None) -> str:
+    """One instruction as text; `context` adds run-time numbers and symbols."""
+    written = context.written if context is not None else frozenset()
     if isinstance(instr, P.KernelCall):
-        op = plan.operators[instr.op_index].qualified_name
+        op = _op_name(plan, instr)
         if not instr.args:
             return f"{op}()"
+        if op in NO_RESULT_OPS:
+            return f"{op}({', '.join(operand(plan, i, written) for i in instr.args)})"
         # Args are the schema's arguments, then the return value; for an
         # out-variant the return is the `out` argument again.
         *ins, ret = instr.args
-        args = [operand(plan, i) for i in ins]
-        if ins and ins[-1] == ret:
-            args[-1] = f"out={args[-1]}"
-        result = f"%{ret} : {value_type(plan.values[ret])}"
+        args = [operand(plan, i, written) for i in ins]
+        if ins and ins[-1] == ret and not op.startswith("executorch_prim::"):
+            args[-1] = f"out={args[-1]}"  # prim ops may read their result (`i = i - i`)
+        dims = context.dims(ret) if context is not None else None
+        result = f"%{ret} : {value_type(plan.values[ret], dims)}"
         return f"{result} = {op}({', '.join(args)})"
     if isinstance(instr, P.DelegateCall):
         name = plan.delegates[instr.delegate_index].id
@@ -88,8 +139,85 @@ def instruction_text(plan: P.ExecutionPlan, instr: P.Instruction) -> str:
     if isinstance(instr, P.MoveCall):
         return f"%{instr.move_to} = move %{instr.move_from}"
     if isinstance(instr, P.JumpFalseCall):
+        if context is not None:
+            if _always_jumps(plan, instr, written):
+                return f"goto {instr.destination_instruction}"
+            return f"if not %{instr.cond_value_index}: goto {instr.destination_instruction}"
         return f"jump_false %{instr.cond_value_index} -> {instr.destination_instruction}"
     return f"free %{instr.value_index}"
+
+
+def _always_jumps(plan: P.ExecutionPlan, instr: P.JumpFalseCall, written: Collection[int]) -> bool:
+    index = instr.cond_value_index
+    value = plan.values[index] if 0 <= index < len(plan.values) else None
+    return isinstance(value, P.Bool) and not value.bool_val and index not in written
+
+
+@dataclass
+class ListingContext:
+    """What reading one plan's instructions needs beyond one instruction."""
+
+    written: frozenset[int] = frozenset()
+    shapes: MethodShapes | None = None
+
+    @classmethod
+    def of(cls, plan: P.ExecutionPlan, shapes: MethodShapes | None = None) -> ListingContext:
+        return cls(written_scalars(plan), shapes)
+
+    def dims(self, value: int) -> list[str] | None:
+        return self.shapes.describe_dims(value) if self.shapes is not None else None
+
+
+@dataclass
+class _Layout:
+    """Indentation depth of each instruction and the pseudo-lines before it."""
+
+    depth: list[int]
+    before: dict[int, list[str]] = field(default_factory=dict)
+
+
+def control_flow_layout(plan: P.ExecutionPlan, chain: P.Chain,
+                        context: ListingContext) -> _Layout:
+    """Indent branches and loop bodies, from the jumps alone.
+
+    A backward jump closes a loop that starts at its destination; a forward
+    conditional jump opens a `then` range up to its destination, and if the
+    `then` range ends with an unconditional forward jump, what lies between
+    is the `else` range. A conditional jump to just past a loop's backward
+    jump is the loop's exit, not a branch.
+    """
+    instructions = chain.instructions
+    count = len(instructions)
+    depth = [0] * count
+    layout = _Layout(depth)
+
+    def indent(start: int, stop: int) -> None:  # [start, stop)
+        for k in range(max(start, 0), min(stop, count)):
+            depth[k] += 1
+
+    def jump(k: int) -> P.JumpFalseCall | None:
+        instr = instructions[k] if 0 <= k < count else None
+        return instr if isinstance(instr, P.JumpFalseCall) else None
+
+    for i, instr in enumerate(instructions):
+        if not isinstance(instr, P.JumpFalseCall):
+            continue
+        target = instr.destination_instruction
+        if target <= i:
+            indent(target, i + 1)
+            layout.before.setdefault(target, []).append("loop:")
+            continue
+        if _always_jumps(plan, instr, context.written):
+            continue  # the end of a `then` range, or a loop's exit: seen from there
+        closing = jump(target - 1)
+        if closing is not None and closing.destination_instruction <= target - 1:
+            continue  # exits the loop that ends just before `target`
+        indent(i + 1, target)
+        if closing is not None and _always_jumps(plan, closing, context.written) and \
+                closing.destination_instruction > target:
+            indent(target, closing.destination_instruction)
+            layout.before.setdefault(target, []).append("else:")
+    return layout
 
 
 def source_of(frames: list[P.Frame]) -> dict[str, Any] | None:
@@ -101,15 +229,20 @@ def source_of(frames: list[P.Frame]) -> dict[str, Any] | None:
             "code": frame.context}
 
 
-def listing_lines(plan: P.ExecutionPlan) -> list[str]:
+def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None) -> list[str]:
     lines = []
+    context = ListingContext.of(plan, shapes)
     width = len(str(max((len(c.instructions) for c in plan.chains), default=1)))
     for c, chain in enumerate(plan.chains):
         ins = ", ".join(f"%{i}" for i in chain.inputs)
         outs = ", ".join(f"%{i}" for i in chain.outputs)
         lines.append(f"chain {c} ({ins}) -> ({outs}):")
+        layout = control_flow_layout(plan, chain, context)
         for i, instr in enumerate(chain.instructions):
-            text = f"  {i:>{width}}  {instruction_text(plan, instr)}"
+            pad = "  " * layout.depth[i]
+            for label in layout.before.get(i, []):
+                lines.append(f"  {'':>{width}}  {pad[:-2]}{label}")
+            text = f"  {i:>{width}}  {pad}{instruction_text(plan, instr, context)}"
             source = source_of(chain.stacktrace[i].items) if chain.stacktrace else None
             if source and source["file"]:
                 text += f"    # {source['file']}:{source['line']}"

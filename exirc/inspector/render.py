@@ -6,11 +6,12 @@ The default view is meant to fit one screen: long tables are cut with a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from exirc.inspector.listing import listing_lines
 from exirc.program import ExecutionPlan
+from exirc.symbolic_shapes import MethodShapes
 
 _MAX_ROWS = 12
 
@@ -24,6 +25,11 @@ def human_bytes(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def compact_bytes(n: int) -> str:
+    """`96 B`, or `1.5 KiB (1,536 B)` once the human form rounds."""
+    return human_bytes(n) if n < 1024 else f"{human_bytes(n)} ({n:,} B)"
 
 
 def clean(text: str) -> str:
@@ -110,11 +116,14 @@ def _qualified(op: dict[str, Any]) -> str:
     return clean(name)
 
 
-def render_instructions(plans: list[ExecutionPlan], bold: Style) -> str:
+def render_instructions(plans: list[ExecutionPlan], bold: Style,
+                        shapes: Mapping[str, MethodShapes] | None = None) -> str:
+    """The listing of each plan; `shapes` (by method) name dynamic dims by symbol."""
     lines: list[str] = []
     for plan in plans:
         if lines:
             lines.append("")
         lines.append(bold(f"method {clean(plan.name)}:"))
-        lines.extend(clean(line) for line in listing_lines(plan))
+        method_shapes = shapes.get(plan.name) if shapes else None
+        lines.extend(clean(line) for line in listing_lines(plan, method_shapes))
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exirc import program as P
+from exirc import symbolic_shapes
 from exirc.errors import FormatError, UnsupportedOperatorError, UsageError
 from exirc.runtime import delegates, memory
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
@@ -72,6 +73,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     _check_method_names(plans)
     kernel_tables, backend_tables = _resolve(plans, kernels or KERNELS, backends or BACKENDS)
     _check_memory(plans, max_memory)  # before allocating any of it
+    shapes = _symbolic_shapes(program)
     methods = {}
     for i, plan in enumerate(plans):
         where = f"execution_plan[{i}]"
@@ -79,8 +81,15 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                                                   f"{where}.delegates[{j}]"))
                    for j, (delegate, backend) in enumerate(zip(plan.delegates,
                                                                backend_tables[i]))]
-        methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps)
+        methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps,
+                                    shapes.get(plan.name))
     return LoadedProgram(program, methods)
+
+
+def _symbolic_shapes(program: P.Program) -> dict[str, symbolic_shapes.MethodShapes]:
+    """The symbols exirc stored beside the program; none in other files."""
+    data = program.named_segment(symbolic_shapes.NAMED_DATA_KEY)
+    return symbolic_shapes.decode(data) if data is not None else {}
 
 
 def _map(path: str | os.PathLike[str]) -> memoryview:

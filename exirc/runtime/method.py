@@ -36,6 +36,7 @@ from exirc.errors import ExircError, FormatError, InputError, UnsupportedOperato
 from exirc.runtime import delegates, memory
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.kernels import Kernel, Values, bind, copy_into, operator_key
+from exirc.symbolic_shapes import MethodShapes, bind_symbols, evaluate
 
 if TYPE_CHECKING:
     from exirc.runtime.profile import Profile
@@ -60,12 +61,18 @@ class InputSpec:
     shape: tuple[int, ...] = ()  # upper bounds when dynamic
     dynamic: bool = False
     planned: bool = True  # copied into planned memory (else the caller's memory is used)
+    symbolic: tuple[str, ...] | None = None  # `s0<=64`, `8`: the dims by symbol, if known
+    symbol_dims: tuple[int | str, ...] | None = None  # `s0`, `8`: the same, unadorned
 
     def describe(self) -> str:
-        """`f32[2, 8]`, `f32[<=8, <=4]` for a dynamic shape's bounds, or `int`."""
+        """`f32[2, 8]`, `f32[s0<=64, 8]` for a dynamic shape (`<=64` if symbols
+        are unknown), or `int`."""
         if self.kind != "tensor" or self.dtype is None:
             return self.kind
-        dims = ", ".join(f"<={d}" if self.dynamic else str(d) for d in self.shape)
+        if self.symbolic is not None:
+            dims = ", ".join(self.symbolic)
+        else:
+            dims = ", ".join(f"<={d}" if self.dynamic else str(d) for d in self.shape)
         return f"{memory.SCALAR_TYPES[self.dtype].short_name}[{dims}]"
 
 
@@ -84,8 +91,9 @@ class Method:
 
     def __init__(self, program: P.Program, plan: P.ExecutionPlan, where: str,
                  kernels: Mapping[int, Kernel], backends: Sequence[tuple[Any, Any]],
-                 max_steps: int = DEFAULT_MAX_STEPS) -> None:
+                 max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None) -> None:
         self.name = plan.name
+        self.shapes = shapes
         self.max_steps = max_steps
         self._arenas = memory.allocate_arenas(plan)
         env = _value_table(program, plan, self._arenas, where)
@@ -95,7 +103,8 @@ class Method:
         # Run-time scalars start each run from the file's values, so a failed run
         # (a loop counter left mid-way) cannot change the next one.
         self._scalar_starts = [(i, env[i]) for i in sorted(written)]
-        self.inputs = [_input_spec(plan, i, value, where) for i, value in enumerate(plan.inputs)]
+        self.inputs = [_input_spec(plan, i, value, where, shapes)
+                       for i, value in enumerate(plan.inputs)]
         self.output_values = list(plan.outputs)
         self._chains: list[list[Step]] = []
         self._sites: list[list[_Site]] = []
@@ -210,7 +219,45 @@ class Method:
             raise InputError(f"method {self.name!r} takes {len(specs)} input"
                              f"{'' if len(specs) == 1 else 's'}, got {len(inputs)}",
                              hint=f"the method's inputs: {self.signature()}")
-        return [_checked(spec, value) for spec, value in zip(specs, inputs)]
+        checked = [_checked(spec, value) for spec, value in zip(specs, inputs)]
+        if self.shapes is not None and self.shapes.symbols:
+            self._check_symbols(checked)
+        return checked
+
+    def _check_symbols(self, inputs: list[Any]) -> None:
+        """Each symbol within its range, each dim equal to its expression."""
+        assert self.shapes is not None
+        dims = {spec.value: self.shapes.values.get(spec.value) for spec in self.inputs}
+        bound: dict[str, int] = {}
+        for spec, value in zip(self.inputs, inputs):
+            symbolic = dims[spec.value]
+            if symbolic is not None:
+                bind_symbols(symbolic, tuple(value.shape), bound)
+        for symbol, size in bound.items():
+            limits = self.shapes.symbols.get(symbol)
+            if limits is None:
+                continue
+            if size < limits.lower or (limits.upper is not None and size > limits.upper):
+                users = [f"{spec.name} dim {d}" for spec in self.inputs
+                         for d, dim in enumerate(dims[spec.value] or []) if dim == symbol]
+                raise InputError(
+                    f"{' and '.join(users)} is {size}, but {symbol} must be in "
+                    f"{limits.lower}..{limits.upper if limits.upper is not None else 'inf'} "
+                    f"(method {self.name!r}: {self.signature()})",
+                    hint="the program was compiled for that range; recompile with a wider "
+                         "torch.export.Dim(min=..., max=...) to accept this size")
+        for spec, value in zip(self.inputs, inputs):
+            for d, dim in enumerate(dims[spec.value] or []):
+                if isinstance(dim, int) or dim.isidentifier():
+                    continue
+                expected = evaluate(dim, bound)
+                if expected is not None and expected != value.shape[d]:
+                    names = ", ".join(f"{s}={v}" for s, v in sorted(bound.items()))
+                    raise InputError(
+                        f"{spec.name} dim {d} is {value.shape[d]}, but must be {dim} = "
+                        f"{expected} ({names}; method {self.name!r}: {self.signature()})",
+                        hint="inputs sharing a symbol must have related sizes, as when "
+                             "the program was exported")
 
     def _feed(self, inputs: list[Any]) -> None:
         env = self._env
@@ -305,14 +352,21 @@ def _written_values(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) -> fro
     return frozenset(i for i in written if not isinstance(plan.values[i], tensors))
 
 
-def _input_spec(plan: P.ExecutionPlan, position: int, index: int, where: str) -> InputSpec:
+def _input_spec(plan: P.ExecutionPlan, position: int, index: int, where: str,
+                shapes: MethodShapes | None) -> InputSpec:
     value = plan.values[index]
     name = f"input_{position}"
     if isinstance(value, P.Tensor):
+        symbolic = shapes.describe_dims(index) if shapes is not None else None
+        if symbolic is not None and len(symbolic) != len(value.sizes):
+            raise FormatError(f"symbolic shape of input {position} has {len(symbolic)} dims, "
+                              f"the tensor {len(value.sizes)}", field=f"{where}.inputs")
         return InputSpec(name, index, "tensor", memory.torch_dtype(value.scalar_type, where),
                          tuple(value.sizes),
                          value.shape_dynamism != P.TensorShapeDynamism.STATIC,
-                         value.allocation_info is not None)
+                         value.allocation_info is not None,
+                         tuple(symbolic) if symbolic is not None else None,
+                         tuple(shapes.values[index]) if symbolic is not None and shapes else None)
     kinds = {P.Int: "int", P.Double: "float", P.Bool: "bool"}
     kind = kinds.get(type(value))
     if kind is None:
@@ -341,6 +395,9 @@ def _checked(spec: InputSpec, value: Any) -> Any:
                          f"rank {len(spec.shape)} ({spec.describe()})")
     if spec.dynamic:
         for dim, (size, bound) in enumerate(zip(shape, spec.shape)):
+            symbol = spec.symbol_dims[dim] if spec.symbol_dims is not None else None
+            if isinstance(symbol, str) and symbol.isidentifier():
+                continue  # checked with its symbol's range, which names the symbol
             if size > bound:
                 raise InputError(f"{spec.name} has shape {list(shape)}, but dim {dim} may be at "
                                  f"most {bound} ({spec.describe()})")
