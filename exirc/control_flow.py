@@ -89,6 +89,19 @@ def operand_groups(node: Node) -> tuple[list[Any], ...]:
     return list(node.args[2]), list(node.args[3])  # type: ignore[arg-type]
 
 
+def unused_placeholder_name(graph: torch.fx.Graph, name: str) -> str:
+    """`name`, or `name_1`, ...: a placeholder's target is its argument name in
+    the generated code, so two alike would not compile (FX renames nodes, not
+    targets)."""
+    taken = {str(n.target) for n in graph.nodes if n.op == "placeholder"}
+    taken |= {n.name for n in graph.nodes}
+    candidate, suffix = name, 0
+    while candidate in taken:
+        suffix += 1
+        candidate = f"{name}_{suffix}"
+    return candidate
+
+
 def add_operand(owner: GraphModule, node: Node, value: Node) -> list[Node]:
     """Pass `value` (a node of `owner`) into every subgraph of `node`.
 
@@ -108,7 +121,7 @@ def add_operand(owner: GraphModule, node: Node, value: Node) -> list[Node]:
         where = graph.inserting_after(existing[-1]) if existing else \
             graph.inserting_before(next(iter(graph.nodes)))
         with where:
-            placeholder = graph.placeholder(f"{value.name}_in")
+            placeholder = graph.placeholder(unused_placeholder_name(graph, f"{value.name}_in"))
         placeholder.meta.update({k: v for k, v in value.meta.items()
                                  if k in ("val", "tensor_meta")})
         module.recompile()

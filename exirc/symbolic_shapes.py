@@ -142,7 +142,7 @@ def evaluate(expression: str, symbols: Mapping[str, int]) -> int | None:
     """The value of `expression` given `symbols`; None if a symbol is unknown."""
     def value(node: ast.expr) -> int | None:
         if isinstance(node, ast.Constant):
-            return int(node.value)
+            return node.value if type(node.value) is int else None
         if isinstance(node, ast.Name):
             return symbols.get(node.id)
         if isinstance(node, ast.UnaryOp):

@@ -4,45 +4,87 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
 from exirc.cli.style import styler
-from exirc.inspector.describe import describe
+from exirc.inspector.describe import describe, program_shapes
+from exirc.inspector.memory import MethodMemory, memory_report, render_memory
 from exirc.inspector.render import render_instructions, render_summary
+from exirc.inspector.size import render_size, size_report
 from exirc.serialize import read_program_file
+from exirc.serialize.reader import map_file
 
 EPILOG = """\b
 Examples:
   exirc inspect model.pte                       header, methods, operators, memory, sizes
   exirc inspect model.pte --show instructions   every instruction as SSA text
+  exirc inspect model.pte --show memory         arena use: peak, where, fragmentation
+  exirc inspect model.pte --show size           every byte of the file, attributed
+  exirc inspect model.pte --memory-plan plan.html
   exirc inspect model.pte --json | jq '.methods[0].operators'
 
 The --json shape is versioned ("format_version"); see README.md.
 """
 
+VIEWS = ["summary", "instructions", "memory", "size"]
+
 
 @click.command("inspect", epilog=EPILOG)
 @click.argument("path", type=click.Path(dir_okay=True, path_type=str))
-@click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
-@click.option("--show", type=click.Choice(["summary", "instructions"]), multiple=True,
+@click.option("--json", "as_json", is_flag=True,
+              help="Print everything as JSON (with --show memory/size: those reports too).")
+@click.option("--show", type=click.Choice(VIEWS), multiple=True,
               help="Views to print (repeatable); default: summary.")
 @click.option("--method", "method_name", default=None, help="Only this method.")
+@click.option("--memory-plan", "memory_plan", default=None, metavar="HTML",
+              type=click.Path(dir_okay=False, path_type=str),
+              help="Write the memory plan as a timeline picture (self-contained HTML).")
 def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
-                    method_name: str | None) -> None:
+                    method_name: str | None, memory_plan: str | None) -> None:
     """Show what is inside the program file PATH (ours or ExecuTorch's)."""
-    program_file = read_program_file(path)
+    data = map_file(path)
+    program_file = read_program_file(data)
+    views = show or ("summary",)
+    # The size report covers the whole file, so it sees every method even
+    # when --method narrows the other views.
+    size = size_report(data, program_file) if "size" in views else None
     if method_name is not None:
         program_file.program.execution_plan = [program_file.program.method(method_name)]
+    memory = memory_report(program_file.program) \
+        if "memory" in views or memory_plan is not None else None
+    if memory_plan is not None:
+        assert memory is not None
+        _write_memory_plan(Path(memory_plan), memory, title=path)
     info = describe(program_file, path=path)
     if as_json:
+        if memory is not None and "memory" in views:
+            info["memory"] = {"methods": [method.to_json() for method in memory]}
+        if size is not None:
+            # Added to the existing "size" buckets: keys may be added within
+            # a format version, never renamed.
+            info["size"].update(size.to_json())
         click.echo(json.dumps(info, indent=2))
         return
     bold = styler(sys.stdout, bold=True)
-    views = show or ("summary",)
     texts = []
     if "summary" in views:
         texts.append(render_summary(info, bold))
     if "instructions" in views:
-        texts.append(render_instructions(program_file.program.execution_plan, bold))
+        texts.append(render_instructions(program_file.program.execution_plan, bold,
+                                         program_shapes(program_file.program)))
+    if memory is not None and "memory" in views:
+        texts.append(render_memory(memory, bold))
+    if size is not None:
+        texts.append(render_size(size, bold, path=path))
     click.echo("\n\n".join(texts))
+
+
+def _write_memory_plan(path: Path, memory: list[MethodMemory], *, title: str) -> None:
+    # Imported here: the compiler module is only needed for its atomic write.
+    from exirc.compiler import write_atomically
+    from exirc.inspector.memory_html import memory_plan_html
+
+    write_atomically(path, memory_plan_html(memory, title=title).encode("utf-8"))
+    click.echo(f"wrote the memory plan to {path}", err=True)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
+from exirc.control_flow import unused_placeholder_name
+
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
@@ -52,6 +54,7 @@ def constant_tensor(program: ExportedProgram, node: Node) -> torch.Tensor | None
 def add_constant(program: ExportedProgram, name: str, value: torch.Tensor) -> Node:
     """A new constant placeholder holding `value`, placed before user inputs."""
     graph = program.graph_module.graph
+    name = unused_placeholder_name(graph, name)
     specs = program.graph_signature.input_specs
     first_user = next((i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT),
                       len(specs))

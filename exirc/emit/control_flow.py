@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from torch.fx import GraphModule, Node
 
 from exirc import program as P
-from exirc.plan.control_flow import cond_out, map_out, out_form_subgraphs
+from exirc.plan.control_flow import cond_out, map_out, out_form_subgraphs, outs_of
 
 if TYPE_CHECKING:
     from exirc.emit.method import MethodEmitter
@@ -49,7 +49,7 @@ def emit_control_flow(emitter: MethodEmitter, node: Node) -> None:
     owner = node.graph.owning_module
     assert isinstance(owner, GraphModule)
     modules = out_form_subgraphs(owner, node)
-    outs = [emitter.table.node_value(out) for out in node.args[-1]]  # type: ignore[union-attr]
+    outs = [emitter.table.node_value(out) for out in outs_of(node)]
     if node.target is cond_out:
         _cond(emitter, node, modules, outs)
     elif node.target is map_out:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exirc import program as P
-from exirc.emit.constants import ConstantTable
 from exirc import symbolic_shapes
+from exirc.emit.constants import ConstantTable
 from exirc.emit.method import MethodEmitter
 from exirc.emit.shapes import method_shapes
 

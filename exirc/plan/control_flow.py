@@ -75,6 +75,12 @@ OUT_FORMS = {COND: cond_out, MAP: map_out, WHILE_LOOP: while_out}
 OUT_FORM_OPS = frozenset(OUT_FORMS.values())
 
 
+def node_list(value: Any) -> list[Any]:
+    """An argument that is a list of operands, as a list."""
+    assert isinstance(value, (list, tuple)), value
+    return list(value)
+
+
 def is_out_form(node: Node) -> bool:
     return node.op == "call_function" and node.target in OUT_FORM_OPS
 
@@ -83,7 +89,8 @@ def out_form_subgraphs(owner: GraphModule, node: Node) -> list[GraphModule]:
     """The subgraphs of an out-form node, in argument order."""
     count = 2 if node.target in (cond_out, while_out) else 1
     start = 1 if node.target is cond_out else 0
-    return [getattr(owner, str(attr.target)) for attr in node.args[start:start + count]]
+    attrs = [a for a in node.args[start:start + count] if isinstance(a, Node)]
+    return [getattr(owner, str(attr.target)) for attr in attrs]
 
 
 def _results(node: Node) -> list[torch.Tensor]:
@@ -137,4 +144,11 @@ def to_out_form(owner: GraphModule, node: Node,
         node.args = (*node.args, slices, outs)
     else:
         node.args = (*node.args, outs)
-    node.target = OUT_FORMS[target]
+    node.target = OUT_FORMS[target]  # type: ignore[assignment]
+
+
+def outs_of(node: Node) -> list[Node]:
+    """The alloc nodes an out-form node writes its results into."""
+    outs = node.args[-1]
+    assert isinstance(outs, (list, tuple))
+    return [out for out in outs if isinstance(out, Node)]

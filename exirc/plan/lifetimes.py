@@ -36,7 +36,14 @@ from torch.fx import Graph, GraphModule, Node
 from exirc.control_flow import output_values, placeholders
 from exirc.errors import InternalError, ModelError
 from exirc.plan.alloc import is_alloc
-from exirc.plan.control_flow import cond_out, is_out_form, map_out, out_form_subgraphs
+from exirc.plan.control_flow import (
+    cond_out,
+    is_out_form,
+    map_out,
+    node_list,
+    out_form_subgraphs,
+    outs_of,
+)
 
 SizeBound = Callable[[torch.SymInt], int | None]
 
@@ -130,9 +137,9 @@ class _Walk:
         owner = node.graph.owning_module
         assert owner is not None
         modules = out_form_subgraphs(owner, node)
-        outs = list(node.args[-1])  # type: ignore[arg-type]
+        outs = outs_of(node)
         if node.target is cond_out:
-            operands = list(node.args[3])  # type: ignore[arg-type]
+            operands = node_list(node.args[3])
             for branch in modules:
                 results = self.subgraph(branch, operands)
                 self.use([*results, *outs], self.step())  # the moves into outs
@@ -141,12 +148,11 @@ class _Walk:
             return
         loop_start = self.position + 1
         if node.target is map_out:
-            _, xs, args, slices, _ = node.args
+            xs, args, slices = (node_list(a) for a in node.args[1:4])
             self.use([*xs, *slices], self.step())  # the select_copy of row i
-            results = self.subgraph(modules[0], [*slices, *args])  # type: ignore[misc]
+            results = self.subgraph(modules[0], [*slices, *args])
         else:
-            _, _, _, additional, _ = node.args
-            state = [*outs, *additional]  # type: ignore[misc]
+            state = [*outs, *node_list(node.args[3])]
             self.use(self.subgraph(modules[0], state), self.step())  # the jump
             results = self.subgraph(modules[1], state)
         self.use([*results, *outs], self.step())  # results into outs
@@ -190,7 +196,7 @@ def _bases(
             return (bases[source][i],)
         return (node,)
     if is_out_form(node):
-        return tuple(base for out in node.args[-1] for base in bases[out])  # type: ignore[union-attr]
+        return tuple(base for out in outs_of(node) for base in bases[out])
     if isinstance(node.target, torch._ops.OpOverload):
         written = _written_outputs(node, node.target._schema)
         if written:

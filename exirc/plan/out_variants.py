@@ -16,9 +16,9 @@ import torch
 from torch.fx import Node
 
 from exirc.backend.ops import BackendOp
+from exirc.control_flow import WHILE_LOOP, is_control_flow, subgraphs
 from exirc.errors import UnsupportedOperatorError
 from exirc.passes.contract import Pass, PassResult
-from exirc.control_flow import WHILE_LOOP, is_control_flow, subgraphs
 from exirc.plan.alloc import alloc
 from exirc.plan.control_flow import copy_passthrough_results, to_out_form
 from exirc.source import source_location

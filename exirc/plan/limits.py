@@ -1,0 +1,146 @@
+"""Memory budgets: `exirc compile --max-arena SIZE` fails when a plan needs more.
+
+A device has so much RAM for activations; finding out at compile time beats
+finding out on the device. The check runs after memory planning and before
+emitting, so an over-budget compile writes nothing. Its error lists what a
+user can act on: the planned arena, the lower bound (no plan can beat it, so
+it says whether a better plan could ever fit), and the largest planned
+tensors with the source lines that made them.
+
+Sizes on the command line are bytes, or KiB/MiB/GiB with a K/M/G (or
+KiB/MiB/GiB) suffix: `--max-arena 256K` is 262144 bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from exirc.errors import ExircError, UsageError
+from exirc.source import source_location
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+    from torch.fx import Node
+
+# The largest planned tensors an ArenaLimitError lists.
+LARGEST_SHOWN = 3
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gib": 1 << 30}
+_SIZE = re.compile(r"\s*(\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+class ArenaLimitError(ExircError):
+    """A method's planned memory arena is bigger than the limit (--max-arena).
+
+    Exit code 3 like the other model errors: the model, at its shape bounds,
+    does not fit the budget; the command line itself was fine.
+    """
+
+    exit_code = 3
+    code = "E0312"
+
+
+def parse_size(text: str, *, option: str = "--max-arena") -> int:
+    """`300` -> 300, `256K`/`256KiB` -> 262144, `1M` -> 1048576, `1G` -> 1073741824.
+
+    Suffixes are binary (KiB, MiB, GiB) and case-insensitive. `KB`/`MB` are
+    refused rather than guessed at, since they mean 1000 to some and 1024 to
+    others. `option` names the flag in the error.
+    """
+    match = _SIZE.fullmatch(text)
+    unit = match[2].lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise UsageError(f"{option}: {text!r} is not a size",
+                         hint="give bytes, or a whole number with K, M or G (KiB, MiB, GiB): "
+                              "e.g. 300, 256K, 1M, 2GiB")
+    return int(match[1]) * _UNITS[unit]
+
+
+def format_size(nbytes: int) -> str:
+    """`96 bytes`, or `256.0 KiB (262,144 bytes)` when a rounded unit would hide bytes."""
+    if nbytes < 1024:
+        return f"{nbytes} bytes"
+    size, units = nbytes / 1024, ["KiB", "MiB", "GiB"]
+    while size >= 1024 and len(units) > 1:
+        size, units = size / 1024, units[1:]
+    return f"{size:.1f} {units[0]} ({nbytes:,} bytes)"
+
+
+def check_arena_limit(methods: Mapping[str, ExportedProgram], limit: int | None) -> None:
+    """Raise ArenaLimitError for the first method whose planned arena exceeds `limit`.
+
+    `methods` are planned programs (the memory_plan pass put a `MemoryPlan`
+    in `graph_module.meta["memory_plan"]`); a method without a plan has no
+    planned memory and so always fits. `limit` None means no limit.
+    """
+    if limit is None:
+        return
+    if limit < 0:
+        raise UsageError(f"the arena limit must be a non-negative number of bytes, not {limit}")
+    for name, program in methods.items():
+        plan = program.graph_module.meta.get("memory_plan")
+        if plan is not None and plan.arena_bytes > limit:
+            raise _over_limit(name, program, plan.arena_bytes, plan.lower_bound, limit)
+
+
+def _over_limit(method: str, program: ExportedProgram, arena: int, lower_bound: int,
+                limit: int) -> ArenaLimitError:
+    largest = ", ".join(_describe(node, nbytes)
+                        for node, nbytes in largest_planned_tensors(program)[:LARGEST_SHOWN])
+    message = (f"method {method!r} needs a memory arena of {format_size(arena)}, over the "
+               f"limit of {format_size(limit)} (lower bound {format_size(lower_bound)}); "
+               f"largest planned tensors: {largest or 'none'}")
+    if lower_bound > limit:
+        why = "no plan fits: even the lower bound (the most bytes live at once) is over it"
+    else:
+        why = "the lower bound fits, this plan does not"
+    return ArenaLimitError(message, hint=f"{why}; reduce batch/sequence bounds (the largest "
+                                         "tensors are listed), or raise --max-arena")
+
+
+def largest_planned_tensors(program: ExportedProgram) -> list[tuple[Node, int]]:
+    """Planned tensors (nodes with `meta["memory"]`) and their bytes, largest first.
+
+    Sizes are measured as the planner measured them (dynamic dims at their
+    upper bounds), by the same function; only a failing check pays for it.
+    """
+    from exirc.plan.lifetimes import tensor_lifetimes
+
+    graph = program.graph_module.graph
+    user_inputs = {node.name for node in graph.nodes
+                   if node.op == "placeholder" and "memory" in node.meta}
+    planned = [lt for lt in tensor_lifetimes(graph, user_inputs) if "memory" in lt.node.meta]
+    order = {lt.node: i for i, lt in enumerate(planned)}
+    return [(lt.node, lt.nbytes)
+            for lt in sorted(planned, key=lambda lt: (-lt.nbytes, order[lt.node]))]
+
+
+def _describe(node: Node, nbytes: int) -> str:
+    """`%relu [3, 8] float32 96 bytes at model.py:7: return torch.relu(x)`."""
+    shown = _producer(node)
+    text = f"%{shown.name}{_shape(node)} {format_size(nbytes)}"
+    if node.op == "placeholder":
+        return f"{text} (an input)"
+    where = source_location(shown) or source_location(node)
+    return f"{text} at {where}" if where else text
+
+
+def _producer(node: Node) -> Node:
+    """The op that writes an `alloc` node's memory (its name means something to
+    a user; `alloc_3` does not), else the node itself."""
+    for user in node.users:
+        if node in user.kwargs.values():
+            return user
+    return node
+
+
+def _shape(node: Node) -> str:
+    value: Any = node.meta.get("val")
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return ""
+    dtype = str(getattr(value, "dtype", "")).removeprefix("torch.")
+    return f" [{', '.join(str(d) for d in shape)}] {dtype}"
