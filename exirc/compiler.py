@@ -32,6 +32,9 @@ class CompileOptions:
     print_ir_after_all: bool = False
     dump_dir: Path | None = None
     verify_stages: bool = True
+    print_ir_after_change: bool = False  # the graph after each pass that changed it
+    print_ir_diff: bool = False  # a unified diff for each pass that changed the graph
+    max_arena_bytes: int | None = None  # fail when a method's planned arena is bigger
 
 
 @dataclass
@@ -78,10 +81,14 @@ def compile_methods(methods: dict[str, ExportedProgram],
     """ATen-dialect methods (from torch.export) -> a serialized program."""
     from exirc.emit import emit_program
     from exirc.passes.pipeline import load_pipeline
+    from exirc.plan.limits import check_arena_limit
     from exirc.serialize import serialize
 
     pipeline = load_pipeline(options.target, options.pipeline)
-    instrument = Instrumentation(options.print_ir_after_all, options.dump_dir)
+    instrument = Instrumentation(print_ir_after_all=options.print_ir_after_all,
+                                 print_ir_after_change=options.print_ir_after_change,
+                                 print_ir_diff=options.print_ir_diff,
+                                 dump_dir=options.dump_dir)
     report = CompileReport(instrument=instrument)
     verifiers = _verifiers(pipeline.target) if options.verify_stages else {}
     planned = {}
@@ -89,6 +96,8 @@ def compile_methods(methods: dict[str, ExportedProgram],
         # aten -> edge -> backend -> plan, each stage's verifier after it
         planned[name] = run_pipeline(exported, pipeline, method=name, verifiers=verifiers,
                                      instrument=instrument, stage_seconds=report.stage_seconds)
+    # Before emitting: a plan over the budget is a failed compile, and no file.
+    check_arena_limit(planned, options.max_arena_bytes)
     started = time.perf_counter()
     program = emit_program(planned)                   # graphs -> program model
     report.stage_seconds["emit"] = time.perf_counter() - started

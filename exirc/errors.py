@@ -39,18 +39,22 @@ class UsageError(ExircError):
 
     exit_code = 2
     code = "E0200"
+    default_hint = "`exirc COMMAND --help` shows the arguments, with examples"
 
 
 class InputError(UsageError):
     """Inputs given to a program do not match its signature or are unreadable."""
 
     code = "E0201"
+    default_hint = ("`exirc inspect PROGRAM` lists each method's inputs: their names, dtypes "
+                    "and shapes")
 
 
 class PluginError(UsageError):
     """A user's plugin (a pass named `module:attr`, a kernel) raised."""
 
     code = "E0202"
+    default_hint = "the error is in your plugin; rerun with --debug for its traceback"
 
 
 class FormatError(ExircError):
@@ -71,6 +75,7 @@ class ModelError(ExircError):
 
     exit_code = 3
     code = "E0310"
+    default_hint = "fix the model file; --debug shows the whole traceback"
 
 
 class DialectError(ExircError):
@@ -78,6 +83,7 @@ class DialectError(ExircError):
 
     exit_code = 3
     code = "E0330"
+    default_hint = "`exirc compile --print-ir-after-all` shows the graph after every pass"
 
 
 class UnsupportedOperatorError(ExircError):
@@ -85,6 +91,8 @@ class UnsupportedOperatorError(ExircError):
 
     exit_code = 4
     code = "E0400"
+    default_hint = ("rewrite the model with supported operators, or register a kernel for it "
+                    "(exirc.runtime.register_kernel)")
 
 
 class VerificationError(ExircError):
@@ -92,6 +100,8 @@ class VerificationError(ExircError):
 
     exit_code = 5
     code = "E0500"
+    default_hint = ("`exirc compile --print-ir-after-all` shows the graph after each pass, "
+                    "to find the one that changed the result")
 
 
 class InternalError(ExircError):

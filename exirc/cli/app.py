@@ -15,6 +15,7 @@ import click
 
 from exirc import __version__
 from exirc.cli.compile_command import compile_command
+from exirc.cli.explain_command import explain_command
 from exirc.cli.inspect_command import inspect_command
 from exirc.cli.run_command import run_command
 from exirc.cli.style import styler
@@ -26,6 +27,7 @@ Examples:
   exirc inspect model.pte                   what is inside a program file
   exirc inspect model.pte --show instructions
   exirc inspect model.pte --json            everything, for programs
+  exirc explain E0300                       what an error code means
 
 \b
 Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid model or program
@@ -43,6 +45,7 @@ def cli(debug: bool) -> None:
 cli.add_command(compile_command)
 cli.add_command(inspect_command)
 cli.add_command(run_command)
+cli.add_command(explain_command)
 
 
 def report_error(error: ExircError, debug: bool) -> None:
@@ -50,6 +53,7 @@ def report_error(error: ExircError, debug: bool) -> None:
     print(f"{red('error')}[{error.code}]: {error.message}", file=sys.stderr)
     if error.hint:
         print(f"  hint: {error.hint}", file=sys.stderr)
+    print(f"  see: exirc explain {error.code}", file=sys.stderr)
     if debug:
         traceback.print_exception(error, file=sys.stderr)
 

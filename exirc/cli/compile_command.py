@@ -26,7 +26,28 @@ Examples:
   exirc compile model.py --print-pipeline > my.yaml     # then edit it
   exirc compile model.py --pipeline my.yaml -o model.pte --time-passes
   exirc compile model.py --dump-dir ir/ -o model.pte     # the graph after every pass
+  exirc compile model.py --print-ir-diff                 # what each pass changed
+  exirc compile model.py --max-arena 256K -o model.pte   # fail if the plan needs more
+
+\b
+Pass debugging (printed on stderr; the flags combine):
+  --print-ir-after-all     the graph after every pass
+  --print-ir-after-change  the graph after each pass that changed it (a pass
+                           that changes the graph but says it did not gets
+                           a warning); --print-ir-after-all includes these
+  --print-ir-diff          a unified diff per pass that changed the graph;
+                           with either flag above, the graph and then its diff
+  --dump-dir DIR           files: the graph after every pass, NN.*.diff per
+                           changing pass, index.txt and index.html (passes,
+                           node counts before/after, changed, milliseconds)
 """
+
+
+def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    from exirc.plan.limits import parse_size
+
+    return None if value is None else parse_size(value)
+
 
 
 @click.command("compile", epilog=EPILOG)
@@ -41,15 +62,24 @@ Examples:
               help="A pipeline YAML replacing the target's default.")
 @click.option("--print-pipeline", is_flag=True, help="Print the resolved pipeline and exit.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the graph after every pass.")
+@click.option("--print-ir-after-change", is_flag=True,
+              help="Print the graph after each pass that changed it.")
+@click.option("--print-ir-diff", is_flag=True,
+              help="Print a unified diff of the graph for each pass that changed it.")
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write the graph after every pass to files in this directory.")
+              help="Write the graph after every pass, a diff per changing pass and an index "
+                   "(index.txt, index.html) to this directory.")
+@click.option("--max-arena", "max_arena", metavar="SIZE", callback=_arena_limit,
+              help="Fail if a method's planned memory arena needs more than SIZE: bytes, or "
+                   "K/M/G (KiB/MiB/GiB), e.g. 256K.")
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
 def compile_command(model: str, output: Path | None, example_inputs: str | None, target: str,
                     pipeline_file: Path | None, print_pipeline: bool,
-                    print_ir_after_all: bool, dump_dir: Path | None, time_passes: bool,
-                    quiet: bool, verbose: bool) -> None:
+                    print_ir_after_all: bool, print_ir_after_change: bool,
+                    print_ir_diff: bool, dump_dir: Path | None, max_arena: int | None,
+                    time_passes: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.passes.pipeline import load_pipeline
 
@@ -61,7 +91,10 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
 
     output = output or Path(model.split(":")[0]).with_suffix(".pte")
     options = CompileOptions(target=target, pipeline=pipeline_file,
-                             print_ir_after_all=print_ir_after_all, dump_dir=dump_dir)
+                             print_ir_after_all=print_ir_after_all,
+                             print_ir_after_change=print_ir_after_change,
+                             print_ir_diff=print_ir_diff, dump_dir=dump_dir,
+                             max_arena_bytes=max_arena)
     if not output.parent.is_dir() and str(output.parent):
         raise UsageError(f"cannot write {output}: directory {output.parent} does not exist")
     with warnings.catch_warnings():

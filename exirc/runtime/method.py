@@ -251,6 +251,9 @@ class Method:
                 if isinstance(dim, int) or dim.isidentifier():
                     continue
                 expected = evaluate(dim, bound)
+                if expected is None and value.shape[d] > spec.shape[d]:
+                    raise InputError(f"{spec.name} has shape {list(value.shape)}, but dim {d} "
+                                     f"may be at most {spec.shape[d]} ({spec.describe()})")
                 if expected is not None and expected != value.shape[d]:
                     names = ", ".join(f"{s}={v}" for s, v in sorted(bound.items()))
                     raise InputError(
@@ -395,9 +398,9 @@ def _checked(spec: InputSpec, value: Any) -> Any:
                          f"rank {len(spec.shape)} ({spec.describe()})")
     if spec.dynamic:
         for dim, (size, bound) in enumerate(zip(shape, spec.shape)):
-            symbol = spec.symbol_dims[dim] if spec.symbol_dims is not None else None
-            if isinstance(symbol, str) and symbol.isidentifier():
-                continue  # checked with its symbol's range, which names the symbol
+            symbolic = spec.symbol_dims[dim] if spec.symbol_dims is not None else None
+            if isinstance(symbolic, str):
+                continue  # checked with the symbols, whose message names them
             if size > bound:
                 raise InputError(f"{spec.name} has shape {list(shape)}, but dim {dim} may be at "
                                  f"most {bound} ({spec.describe()})")

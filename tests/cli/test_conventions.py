@@ -79,7 +79,8 @@ def test_invalid_file_exit_code_3_one_line(capsys: pytest.CaptureFixture[str],
     assert out == ""
     first, *rest = err.strip().splitlines()
     assert first.startswith("error[E0300]: header: file identifier")
-    assert len(rest) == 1 and rest[0].strip().startswith("hint:")
+    assert len(rest) == 2 and rest[0].strip().startswith("hint:")
+    assert rest[1] == "  see: exirc explain E0300"
 
 
 def test_debug_shows_traceback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -321,7 +321,8 @@ def test_a_failing_compile_leaves_no_file(capsys: pytest.CaptureFixture[str], tm
     assert out == ""
     lines = err.splitlines()
     assert lines[0].startswith(message), lines[0]
-    assert len(lines) == 2 and lines[1].startswith("  hint: "), err
+    assert len(lines) == 3 and lines[1].startswith("  hint: "), err
+    assert lines[2] == "  see: exirc explain " + message.split("]")[0].removeprefix("error[")
     assert "Traceback" not in err
     assert listing(tmp_path) == before  # no new file, no temp file, the old one untouched
     if previous is None:

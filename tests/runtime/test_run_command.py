@@ -112,7 +112,8 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str], add_pte: Path, x_npy: 
     code, _, err = run(capsys, str(add_pte))
     assert code == 2
     assert err.splitlines() == ["error[E0200]: method 'forward' takes 1 input (input_0: f32[2, 3])",
-                                "  hint: give them with --inputs FILE, or use --random"]
+                                "  hint: give them with --inputs FILE, or use --random",
+                                "  see: exirc explain E0200"]
     code, _, err = run(capsys, str(add_pte), "--random", "--inputs", str(x_npy))
     assert code == 2 and "give --inputs or --random, not both" in err
     code, _, err = run(capsys, str(add_pte), "--seed", "3", "-i", str(x_npy))

@@ -1,0 +1,377 @@
+"""Pass debugging: --print-ir-after-change, --print-ir-diff and the --dump-dir index.
+
+Most tests share one compile of a tiny MLP with every debugging option on
+(its stderr captured); the rest run the CLI with a plugin pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import io
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from exirc.capture import MethodSource, capture
+from exirc.cli.app import main
+from exirc.compiler import CompileOptions, compile_module
+from exirc.passes.runner import Instrumentation, PassRecord
+from tests.passes.test_pipeline import compile_with, portable_with
+
+
+def tiny_mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                               torch.nn.Linear(8, 2)).eval()
+
+
+INPUTS = (torch.randn(3, 4),)
+
+
+@dataclass
+class Debugged:
+    records: list[PassRecord]
+    err: str
+    dump: Path
+
+
+def compile_tiny(**options: object) -> tuple[list[PassRecord], str]:
+    """Compile the tiny MLP with `options`; its pass records and what went to stderr."""
+    stream = io.StringIO()
+    with contextlib.redirect_stderr(stream):  # the instrumentation prints to sys.stderr
+        result = compile_module(tiny_mlp(), INPUTS, options=CompileOptions(**options))  # type: ignore[arg-type]
+    assert result.report.instrument is not None
+    return result.report.instrument.records, stream.getvalue()
+
+
+@pytest.fixture(scope="module")
+def debugged(tmp_path_factory: pytest.TempPathFactory) -> Debugged:
+    dump = tmp_path_factory.mktemp("ir")
+    records, err = compile_tiny(print_ir_after_change=True, print_ir_diff=True, dump_dir=dump)
+    return Debugged(records, err, dump)
+
+
+def after_headers(err: str) -> list[str]:
+    return [line.removeprefix("# after ") for line in err.splitlines()
+            if line.startswith("# after ")]
+
+
+def diffs(err: str) -> dict[str, str]:
+    """The printed diffs, keyed by `stage/pass`; each runs to the next block."""
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in err.splitlines():
+        if line.startswith("--- forward: before "):
+            current = found.setdefault(line.removeprefix("--- forward: before "), [])
+        elif line.startswith("# after "):
+            current = None
+        if current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) for name, lines in found.items()}
+
+
+def changed_lines(diff: str, sign: str) -> list[str]:
+    return [line[1:] for line in diff.splitlines()
+            if line.startswith(sign) and not line.startswith(sign * 3)]
+
+
+def label(record: PassRecord) -> str:
+    return f"{record.stage}/{record.name}"
+
+
+def record_named(records: list[PassRecord], name: str) -> PassRecord:
+    (record,) = [r for r in records if r.name == name]
+    return record
+
+
+# --------------------------------------------------------------------------
+# --print-ir-after-change and --print-ir-diff.
+# --------------------------------------------------------------------------
+
+
+def test_after_change_prints_exactly_the_passes_that_changed_the_graph(
+        debugged: Debugged) -> None:
+    records = debugged.records
+    printed = after_headers(debugged.err)
+    assert printed == [f"{label(r)} (forward)" for r in records if r.changed and r.graph_changed]
+    assert "edge/views_to_copies (forward)" in printed
+    assert "plan/to_out_variants (forward)" in printed
+    # A pass that changes nothing on this model, and says so.
+    noop = record_named(records, "remove_assertions")
+    assert (noop.changed, noop.graph_changed) == (False, False)
+    # memory_plan says it changed the program, but only `meta`: nothing to print.
+    plan = record_named(records, "memory_plan")
+    assert (plan.changed, plan.graph_changed) == (True, False)
+    assert not any(line.startswith(("# after edge/remove_assertions", "# after plan/memory_plan"))
+                   for line in debugged.err.splitlines())
+    assert "warning:" not in debugged.err  # the built-in passes report truthfully
+
+
+def test_diff_shows_what_views_to_copies_and_to_out_variants_changed(
+        debugged: Debugged) -> None:
+    printed = diffs(debugged.err)
+    assert list(printed) == [label(r) for r in debugged.records if r.graph_changed]
+
+    views = printed["edge/views_to_copies"]
+    assert views.splitlines()[:2] == ["--- forward: before edge/views_to_copies",
+                                      "+++ forward: after edge/views_to_copies"]
+    removed, added = changed_lines(views, "-"), changed_lines(views, "+")
+    assert len(removed) == len(added) == 2  # one permute per Linear
+    assert all("torch.ops.aten.permute.default(" in line for line in removed)
+    assert all("torch.ops.aten.permute_copy.default(" in line for line in added)
+    assert [line.replace("permute_copy", "permute") for line in added] == removed
+
+    out_variants = printed["plan/to_out_variants"]
+    record = record_named(debugged.records, "to_out_variants")
+    allocs = [line for line in changed_lines(out_variants, "+") if "alloc(" in line]
+    assert len(allocs) == record.nodes - record.nodes_before == 3  # one alloc per op
+    assert any(".addmm.out(" in line for line in changed_lines(out_variants, "+"))
+    assert not any(".out(" in line for line in changed_lines(out_variants, "-"))
+
+
+def test_after_all_with_diff_prints_each_graph_then_its_diff() -> None:
+    records, err = compile_tiny(print_ir_after_all=True, print_ir_diff=True)
+    assert after_headers(err) == [f"{label(r)} (forward)" for r in records]
+    assert list(diffs(err)) == [label(r) for r in records if r.graph_changed]
+    # The graph after a pass comes before its diff, and the diff before the next pass.
+    lines = err.splitlines()
+    for name in ("edge/views_to_copies", "plan/to_out_variants"):
+        graph = lines.index(f"# after {name} (forward)")
+        diff = lines.index(f"--- forward: before {name}")
+        following = [i for i, line in enumerate(lines) if line.startswith("# after ")
+                     and i > graph]
+        assert graph < diff < (following[0] if following else len(lines))
+
+
+class Choose(torch.nn.Module):
+    """torch.cond with a view in each branch: views_to_copies changes only subgraphs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def positive(x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x).permute(1, 0)
+
+        def negative(x: torch.Tensor) -> torch.Tensor:
+            return (x * 2).permute(1, 0)
+
+        return torch.cond(x.sum() > 0, positive, negative, (x,))
+
+
+def test_the_graph_text_and_node_counts_include_control_flow_subgraphs() -> None:
+    stream = io.StringIO()
+    with contextlib.redirect_stderr(stream):
+        result = compile_module(Choose().eval(), (torch.randn(2, 3),),
+                                options=CompileOptions(print_ir_diff=True))
+    assert result.report.instrument is not None
+    views = diffs(stream.getvalue())["edge/views_to_copies"]
+    removed, added = changed_lines(views, "-"), changed_lines(views, "+")
+    # One permute per branch, printed inside the branch's class (deeper indentation).
+    assert len(removed) == len(added) == 2
+    assert all(line.startswith(" " * 12) and "aten.permute.default(" in line for line in removed)
+    assert all("aten.permute_copy.default(" in line for line in added)
+    exported = capture(MethodSource("forward", Choose().eval(), (torch.randn(2, 3),), None,
+                                    None, "<module>"))
+    top_level = len(exported.graph_module.graph.nodes)
+    first = result.report.instrument.records[0]
+    assert first.nodes_before > top_level  # the branches' nodes count too
+
+
+def test_without_debugging_flags_the_graph_is_never_printed() -> None:
+    instrument = Instrumentation(stream=io.StringIO())
+    record = PassRecord("forward", "edge", "to_edge", 0.1, True, 11, 9)
+    # No flag needs the graph text, so the program is never touched.
+    instrument.begin_method(None)  # type: ignore[arg-type]
+    instrument.after_pass(record, None)  # type: ignore[arg-type]
+    assert instrument.records == [record]
+    assert record.graph_changed is None
+    assert instrument.stream.getvalue() == ""  # type: ignore[attr-defined]
+
+
+def readable(text: str) -> SimpleNamespace:
+    """A stand-in program whose graph prints as `text`."""
+    return SimpleNamespace(graph_module=SimpleNamespace(
+        print_readable=lambda print_output: text))
+
+
+def test_the_index_is_current_after_every_pass(tmp_path: Path) -> None:
+    # So a compile that fails part way still leaves an index of what ran.
+    instrument = Instrumentation(dump_dir=tmp_path, stream=io.StringIO())
+    instrument.begin_method(readable("a\n"))  # type: ignore[arg-type]
+    instrument.after_pass(PassRecord("forward", "edge", "first", 0.001, True, 2, 1),
+                          readable("a\nb\n"))  # type: ignore[arg-type]
+    assert [row[3] for row in index_rows(tmp_path)] == ["first"]
+    instrument.after_pass(PassRecord("forward", "edge", "second", 0.001, False, 2, 2),
+                          readable("a\nb\n"))  # type: ignore[arg-type]
+    assert [row[3:8] for row in index_rows(tmp_path)] == [
+        ["first", "1", "2", "yes", "differs"], ["second", "2", "2", "no", "same"]]
+    assert (tmp_path / "forward.01.edge.first.diff").read_text() == (
+        "--- forward: before edge/first\n+++ forward: after edge/first\n"
+        "@@ -1 +1,2 @@\n a\n+b\n")
+    assert instrument.stream.getvalue() == ""  # type: ignore[attr-defined]  # files only
+
+
+# --------------------------------------------------------------------------
+# --dump-dir: files, diffs and the index.
+# --------------------------------------------------------------------------
+
+
+def index_rows(dump: Path) -> list[list[str]]:
+    """index.txt's rows (a pass each), split into cells."""
+    return [line.split() for line in (dump / "index.txt").read_text().splitlines()
+            if line[:2].isdigit()]
+
+
+class _TableCells(HTMLParser):
+    """Each <tr>'s cells: a link's href, else the cell's text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag == "tr":
+            self.rows.append([])
+        elif tag == "td":
+            self.rows[-1].append("")
+        elif tag == "a":
+            self.rows[-1][-1] = dict(attrs)["href"] or ""
+
+    def handle_endtag(self, tag: str) -> None:
+        self.tags.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self.tags[-1:] == ["td"]:
+            self.rows[-1][-1] += data
+
+
+def test_index_lists_every_pass_in_order_with_node_counts(debugged: Debugged) -> None:
+    rows = index_rows(debugged.dump)
+    records = debugged.records
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        (f"{i:02d}", "forward", rec.stage, rec.name) for i, rec in enumerate(records, start=1)]
+    for row, record in zip(rows, records):
+        number, _, _, _, before, after, changed, graph, ms, dump, diff = row
+        assert (int(before), int(after)) == (record.nodes_before, record.nodes)
+        assert changed == ("yes" if record.changed else "no")
+        assert graph == ("differs" if record.graph_changed else "same")
+        assert float(ms) == pytest.approx(record.seconds * 1e3, abs=0.01)
+        assert dump == f"forward.{number}.{record.stage}.{record.name}.txt"
+        assert (debugged.dump / dump).read_text().startswith(f"# after {label(record)} ")
+        assert diff == (dump.replace(".txt", ".diff") if record.graph_changed else "-")
+    # Node counts chain: a pass starts from what the one before it left.
+    exported = capture(MethodSource("forward", tiny_mlp(), INPUTS, None, None, "<module>"))
+    assert int(rows[0][4]) == len(exported.graph_module.graph.nodes)
+    assert all(rows[i][4] == rows[i - 1][5] for i in range(1, len(rows)))
+    names = {p.name for p in debugged.dump.iterdir()}
+    assert names == {"index.txt", "index.html"} | {r[9] for r in rows} | \
+        {r[10] for r in rows if r[10] != "-"}
+
+
+def test_index_html_is_the_same_table_with_links(debugged: Debugged) -> None:
+    text = (debugged.dump / "index.html").read_text()
+    assert "<script" not in text and "<link" not in text and "src=" not in text
+    table = _TableCells()
+    table.feed(text)
+    header, *rows = table.rows
+    assert header == []  # <th> cells
+    assert rows == index_rows(debugged.dump)
+
+
+def test_dumped_diffs_are_the_printed_diffs_of_consecutive_dumps(debugged: Debugged) -> None:
+    printed = diffs(debugged.err)
+    rows = index_rows(debugged.dump)
+
+    def graph(dump: str) -> list[str]:
+        return (debugged.dump / dump).read_text().splitlines()[1:]  # minus the "# after" line
+
+    for previous, row in zip(rows, rows[1:]):
+        name, dump, diff = f"{row[2]}/{row[3]}", row[9], row[10]
+        if diff == "-":
+            assert graph(dump) == graph(previous[9])
+            continue
+        text = (debugged.dump / diff).read_text()
+        assert text == printed[name] + "\n"
+        assert text.splitlines()[2:] == list(difflib.unified_diff(
+            graph(previous[9]), graph(dump), lineterm=""))[2:]
+
+
+# --------------------------------------------------------------------------
+# A pass that misreports `changed`, through a plugin pipeline on the CLI.
+# --------------------------------------------------------------------------
+
+MISREPORTING = """\
+import torch
+
+from exirc.passes.contract import PassResult
+
+
+def sneaky_swap(program):
+    \"\"\"Turns relu into sigmoid, but says it changed nothing.\"\"\"
+    for node in program.graph_module.graph.nodes:
+        if node.target is torch.ops.aten.relu.default:
+            node.target = torch.ops.aten.sigmoid.default
+    program.graph_module.recompile()
+    return PassResult(program, False)
+
+
+def claims_a_change(program):
+    \"\"\"Changes nothing, but says it did (harmless: nothing is printed).\"\"\"
+    return PassResult(program, True)
+"""
+
+
+@pytest.fixture
+def misreporting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = f"exirc_test_misreporting_{abs(hash(str(tmp_path)))}"
+    (tmp_path / f"{name}.py").write_text(MISREPORTING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_a_pass_that_misreports_changed_gets_a_warning(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, misreporting: str) -> None:
+    pipeline = portable_with([f"{misreporting}:sneaky_swap", f"{misreporting}:claims_a_change"])
+    dump = tmp_path / "ir"
+    code, out, err, pte = compile_with(capsys, tmp_path, pipeline,
+                                       "--print-ir-after-change", "--dump-dir", str(dump))
+    assert code == 0, err
+    assert out == ""
+    warning = ("warning: pass edge/sneaky_swap (forward) says it changed nothing, but the "
+               "graph differs: fix the `changed` of its PassResult")
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [warning]
+    # It did change the graph, so its graph is printed (after the warning).
+    printed = after_headers(err)
+    assert "edge/sneaky_swap (forward)" in printed
+    assert "edge/claims_a_change (forward)" not in printed
+    after_swap = err.split("# after edge/sneaky_swap (forward)\n")[1].split("# after ")[0]
+    assert "aten.sigmoid.default" in after_swap and "aten.relu.default" not in after_swap
+
+    rows = {row[3]: row for row in index_rows(dump)}
+    assert rows["sneaky_swap"][6:8] == ["no", "differs"]
+    assert rows["claims_a_change"][6:8] == ["yes", "same"]
+    index = (dump / "index.txt").read_text()
+    assert index.endswith("# warning: passes that changed the graph but said they did not: "
+                          "edge/sneaky_swap (forward)\n")
+    assert index.count("warning") == 1
+    assert '<tr class="misreported">' in (dump / "index.html").read_text()
+    assert pte.exists()
+
+
+def test_help_documents_the_flags_and_how_they_combine(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--print-ir-after-all", "--print-ir-after-change", "--print-ir-diff",
+                 "--dump-dir", "--max-arena SIZE"):
+        assert flag in out
+    assert "with either flag above, the graph and then its diff" in out
+    assert "index.txt and index.html" in out
