@@ -9,8 +9,8 @@ constant tensor. A 0-d tensor promotes like the wrapped number it replaces
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch

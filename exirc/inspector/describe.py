@@ -14,8 +14,8 @@ from typing import Any
 from exirc import program as P
 from exirc import symbolic_shapes
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
-from exirc.symbolic_shapes import MethodShapes
 from exirc.serialize import ProgramFile
+from exirc.symbolic_shapes import MethodShapes
 
 FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1
