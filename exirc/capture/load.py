@@ -238,8 +238,11 @@ def _model_namespace(path: str) -> Iterator[types.ModuleType]:
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(directory)
+        # The model's own module stays importable (its name is never reused):
+        # torch.export traces control-flow branches with dynamo, which imports
+        # the module that defined a branch's function by name.
         for key in set(sys.modules) - modules_before:
-            if key == name or _is_sibling(sys.modules.get(key), directory):
+            if key != name and _is_sibling(sys.modules.get(key), directory):
                 del sys.modules[key]
 
 

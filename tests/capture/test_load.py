@@ -181,11 +181,37 @@ def test_model_file_imports_its_siblings_and_leaves_no_trace(tmp_path: Path) -> 
     second = load(tmp_path / "two" / "model.py").methods["forward"]
     assert sys.path == path_before
     assert "helpers" not in sys.modules
-    assert not [m for m in set(sys.modules) - modules_before if m.startswith("_exirc_model")]
+    # Each model file keeps a module of its own (dynamo imports it by name
+    # when it traces a torch.cond branch defined there).
+    kept = [m for m in set(sys.modules) - modules_before if m.startswith("_exirc_model")]
+    assert len(kept) == 2
     # each model got its own sibling, not the first one imported
     assert first.module is not None and second.module is not None
     assert first.module(torch.ones(2)).tolist() == [2.0, 2.0]
     assert second.module(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+def test_cond_branches_calling_the_files_functions_capture(tmp_path: Path) -> None:
+    path = write(tmp_path, "model.py", """
+    import torch
+
+    def double(x):
+        return x * 2
+
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: double(self.linear(x)), lambda x: x - 1,
+                              (x,))
+
+    model = Branchy().eval()
+    example_inputs = (torch.randn(3),)
+    """)
+    program = capture(load(path).methods["forward"])
+    assert _has_cond(program)
 
 
 def test_main_block_does_not_run(tmp_path: Path) -> None:
