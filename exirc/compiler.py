@@ -58,6 +58,10 @@ class CompileResult:
     program: P.Program
     data: bytes
     report: CompileReport
+    # The memory-planned graphs the program was emitted from, and per method
+    # the node each instruction was made for: what diagnostics map back to.
+    planned: dict[str, ExportedProgram] = field(default_factory=dict)
+    instruction_nodes: dict[str, list[torch.fx.Node]] = field(default_factory=dict)
 
     def save(self, path: str | Path) -> None:
         write_atomically(Path(path), self.data)
@@ -79,7 +83,7 @@ def _verifiers(target: str) -> dict[str, Verifier]:
 def compile_methods(methods: dict[str, ExportedProgram],
                     options: CompileOptions = CompileOptions()) -> CompileResult:
     """ATen-dialect methods (from torch.export) -> a serialized program."""
-    from exirc.emit import emit_program
+    from exirc.emit import emit_methods
     from exirc.passes.pipeline import load_pipeline
     from exirc.plan.limits import check_arena_limit
     from exirc.serialize import serialize
@@ -99,13 +103,14 @@ def compile_methods(methods: dict[str, ExportedProgram],
     # Before emitting: a plan over the budget is a failed compile, and no file.
     check_arena_limit(planned, options.max_arena_bytes)
     started = time.perf_counter()
-    program = emit_program(planned)                   # graphs -> program model
+    emitted = emit_methods(planned)                   # graphs -> program model
+    program = emitted.program
     report.stage_seconds["emit"] = time.perf_counter() - started
     started = time.perf_counter()
     data = serialize(program)                         # program model -> .pte bytes
     report.stage_seconds["serialize"] = time.perf_counter() - started
     _fill_report(report, program, planned, len(data))
-    return CompileResult(program, data, report)
+    return CompileResult(program, data, report, planned, emitted.instruction_nodes)
 
 
 def _fill_report(report: CompileReport, program: P.Program,

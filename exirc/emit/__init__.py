@@ -1,5 +1,5 @@
 """Stage: emit. Out-variant graphs -> the program model (`exirc.program`)."""
 
-from exirc.emit.program import emit_program
+from exirc.emit.program import EmittedProgram, emit_methods, emit_program
 
-__all__ = ["emit_program"]
+__all__ = ["EmittedProgram", "emit_methods", "emit_program"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from torch.fx import Node
 
 from exirc import program as P
 from exirc import symbolic_shapes
@@ -14,18 +17,34 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
+@dataclass
+class EmittedProgram:
+    program: P.Program
+    # Per method, the graph node each instruction of chain 0 was made for
+    # (nodes of subgraphs included), so diagnostics can map back to the graph.
+    instruction_nodes: dict[str, list[Node]]
+
+
 def emit_program(methods: dict[str, ExportedProgram]) -> P.Program:
     """Out-variant, memory-planned methods -> the program model."""
+    return emit_methods(methods).program
+
+
+def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
+    """Out-variant, memory-planned methods -> the program model, and where each
+    instruction comes from."""
     constants = ConstantTable()
     program = P.Program()
     shapes = {}
+    nodes = {}
     for name, exported in methods.items():
         emitter = MethodEmitter(name, exported, constants)
         program.execution_plan.append(emitter.emit())
+        nodes[name] = emitter.instruction_nodes
         method = method_shapes(emitter.table.symbolic_dims, exported)
         if method is not None:
             shapes[name] = method
     constants.attach(program)
     if shapes:
         program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes))
-    return program
+    return EmittedProgram(program, nodes)
