@@ -17,7 +17,7 @@ directly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -102,6 +102,46 @@ def unused_placeholder_name(graph: torch.fx.Graph, name: str) -> str:
     return candidate
 
 
+def whole_operands(node: Node) -> list[list[Any]]:
+    """Per subgraph of `node`, what each placeholder receives as a whole
+    value, None for a placeholder that receives part of one (a row of
+    `map`'s xs) or a loop state (`while_loop`'s carried values)."""
+    if node.target is COND:
+        operands = list(node.args[3])  # type: ignore[arg-type]
+        return [operands, operands]
+    if node.target is MAP:
+        xs, args = operand_groups(node)
+        return [[None] * len(xs) + args]
+    carried, additional = operand_groups(node)
+    state = [None] * len(carried) + additional
+    return [state, state]
+
+
+def remove_unused_operands(owner: GraphModule, node: Node) -> bool:
+    """Drop operands no subgraph of `node` reads (a weight folded away, say).
+
+    Only whole operands go: cond's operands, map's args, while_loop's
+    additional inputs. xs and loop states shape the op itself.
+    """
+    modules = subgraphs(owner, node)
+    position = _EXTRA_OPERANDS_ARG[node.target]
+    extra = node.args[position]
+    assert isinstance(extra, (list, tuple))
+    first = len(placeholders(modules[0])) - len(extra)  # placeholders before the extras
+    unused = [i for i in range(len(extra))
+              if all(not placeholders(m)[first + i].users for m in modules)]
+    if not unused:
+        return False
+    for module in modules:
+        for i in reversed(unused):
+            module.graph.erase_node(placeholders(module)[first + i])
+        module.recompile()
+    args = list(node.args)
+    args[position] = type(extra)(v for i, v in enumerate(extra) if i not in unused)
+    node.args = tuple(args)
+    return True
+
+
 def add_operand(owner: GraphModule, node: Node, value: Node) -> list[Node]:
     """Pass `value` (a node of `owner`) into every subgraph of `node`.
 
@@ -127,3 +167,42 @@ def add_operand(owner: GraphModule, node: Node, value: Node) -> list[Node]:
         module.recompile()
         added.append(placeholder)
     return added
+
+
+class ConstantThreader:
+    """Gives any graph of a program a node holding a constant.
+
+    The constant is made once, at the top level, by `make(name, tensor)` (a
+    new lifted constant), and passed down through each enclosing control-flow
+    op as an operand; the subgraph reads it as a placeholder. Asking twice
+    with the same `key` in the same graph gives the same node.
+    """
+
+    def __init__(self, root: GraphModule, make: Callable[[str, torch.Tensor], Node]) -> None:
+        self.root = root
+        self.make = make
+        # subgraph -> (its owner, the control-flow node calling it, its position)
+        self.parents: dict[int, tuple[GraphModule, Node, int]] = {}
+        for module in graph_modules(root):
+            for node in module.graph.nodes:
+                if is_control_flow(node):
+                    for position, sub in enumerate(subgraphs(module, node)):
+                        self.parents[id(sub)] = (module, node, position)
+        self._made: dict[tuple[int, str], Node] = {}
+
+    def node_in(self, module: GraphModule, key: str, name: str, tensor: torch.Tensor) -> Node:
+        made = self._made.get((id(module), key))
+        if made is not None:
+            return made
+        if module is self.root:
+            node = self.make(name, tensor)
+        else:
+            owner, control_flow, position = self.parents[id(module)]
+            outer = self.node_in(owner, key, name, tensor)
+            added = add_operand(owner, control_flow, outer)
+            # The op's other subgraphs received it too; they reuse theirs.
+            for sibling, placeholder in zip(subgraphs(owner, control_flow), added):
+                self._made[(id(sibling), key)] = placeholder
+            node = added[position]
+        self._made[(id(module), key)] = node
+        return node

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from exirc.control_flow import graph_modules
+from exirc.control_flow import graph_modules, is_control_flow, remove_unused_operands
 from exirc.edge.constants import constant_tensor, remove_constant
 from exirc.passes.contract import Pass, PassResult
 
@@ -27,7 +27,11 @@ class DeadCodeElimination(Pass):
         changed = False
         # Subgraphs first: what they stop reading, their parent may then drop.
         for module in reversed(list(graph_modules(program.graph_module))):
-            if module.graph.eliminate_dead_code():
+            pruned = False
+            for node in module.graph.nodes:
+                if is_control_flow(node):
+                    pruned |= remove_unused_operands(module, node)
+            if module.graph.eliminate_dead_code() or pruned:
                 module.recompile()
                 changed = True
         for node in list(graph.nodes):

@@ -12,9 +12,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from torch.fx import Node
+from torch.fx import GraphModule, Node
 from torch.utils._pytree import tree_map_only
 
+from exirc.control_flow import (
+    ConstantThreader,
+    is_control_flow,
+    placeholders,
+    subgraphs,
+    whole_operands,
+)
 from exirc.edge.constants import add_constant, constant_tensor
 from exirc.passes.contract import Pass, PassResult
 
@@ -50,34 +57,53 @@ class ConstantFold(Pass):
     max_bytes: int = 1 << 24
 
     def run(self, program: ExportedProgram) -> PassResult:
-        graph = program.graph_module.graph
+        root = program.graph_module
         values: dict[Node, torch.Tensor] = {}
-        for node in graph.nodes:
+        for node in root.graph.nodes:
             if node.op == "placeholder":
                 tensor = constant_tensor(program, node)
                 if tensor is not None:
                     values[node] = tensor
-            elif node.op == "call_function" and _is_foldable_op(node.target):
-                folded = self._evaluate(node, values)
-                if folded is not None:
-                    values[node] = folded
+        self._evaluate_graph(root, values)
 
         self._keep_growing_ops_at_run_time(values)
-        changed = False
+        threader = ConstantThreader(root, lambda name, value: add_constant(program, name, value))
+        changed: dict[int, GraphModule] = {}
         for node, value in values.items():
             if node.op == "placeholder":
                 continue
             readers = [user for user in node.users if user not in values]
             if not readers or value.nbytes > self.max_bytes:
                 continue
-            replacement = add_constant(program, f"_folded_{node.name}", value.contiguous())
+            module = node.graph.owning_module
+            assert module is not None
+            # In a loop body this also saves the work on every iteration.
+            replacement = threader.node_in(module, f"fold:{id(node)}", f"_folded_{node.name}",
+                                           value.contiguous())
             replacement.meta["stack_trace"] = node.meta.get("stack_trace")
             node.replace_all_uses_with(replacement, delete_user_cb=lambda u: u not in values)
-            changed = True
+            changed[id(module)] = module
+        for module in changed.values():
+            module.graph.eliminate_dead_code()
+            module.recompile()
         if changed:
-            graph.eliminate_dead_code()
-            program.graph_module.recompile()
-        return PassResult(program, changed)
+            root.recompile()
+        return PassResult(program, bool(changed))
+
+    def _evaluate_graph(self, module: GraphModule, values: dict[Node, torch.Tensor]) -> None:
+        """Fold what can be in `module` and its subgraphs; a subgraph's
+        placeholder is constant when the whole operand it stands for is."""
+        for node in module.graph.nodes:
+            if is_control_flow(node):
+                for sub, operands in zip(subgraphs(module, node), whole_operands(node)):
+                    for placeholder, operand in zip(placeholders(sub), operands):
+                        if isinstance(operand, Node) and operand in values:
+                            values[placeholder] = values[operand]
+                    self._evaluate_graph(sub, values)
+            elif node.op == "call_function" and _is_foldable_op(node.target):
+                folded = self._evaluate(node, values)
+                if folded is not None:
+                    values[node] = folded
 
     @staticmethod
     def _keep_growing_ops_at_run_time(values: dict[Node, torch.Tensor]) -> None:

@@ -9,14 +9,13 @@ constant tensor. A 0-d tensor promotes like the wrapped number it replaces
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-from torch.fx import GraphModule, Node
+from torch.fx import GraphModule
 
-from exirc.control_flow import add_operand, is_control_flow, subgraphs
+from exirc.control_flow import ConstantThreader, graph_modules
 from exirc.edge.constants import add_constant
 from exirc.passes.contract import Pass, PassResult
 
@@ -35,27 +34,22 @@ class ScalarsToTensors(Pass):
     name: ClassVar[str] = "scalars_to_tensors"
 
     def run(self, program: ExportedProgram) -> PassResult:
-        def top_level_constant(name: str, value: torch.Tensor) -> Node:
-            return add_constant(program, name, value)
+        root = program.graph_module
+        threader = ConstantThreader(root, lambda name, value: add_constant(program, name, value))
+        changed = False
+        for module in list(graph_modules(root)):
+            if _convert(module, threader):
+                module.recompile()
+                changed = True
+        if changed:
+            root.recompile()  # control-flow ops may have gained operands
+        return PassResult(program, changed)
 
-        return PassResult(program, _convert(program.graph_module, top_level_constant))
 
-
-ConstantMaker = Callable[[str, torch.Tensor], Node]
-
-
-def _convert(module: GraphModule, make_constant: ConstantMaker) -> bool:
-    """Convert the scalars of `module` and its subgraphs; whether any changed.
-
-    `make_constant(name, tensor)` returns a node of `module` holding the
-    constant. In a subgraph that node is a placeholder threaded through
-    the control-flow op from the parent's constant.
-    """
+def _convert(module: GraphModule, threader: ConstantThreader) -> bool:
+    """Convert the scalars of one graph; whether any changed."""
     changed = False
     for node in list(module.graph.nodes):
-        if is_control_flow(node):
-            changed |= _convert_subgraphs(module, node, make_constant)
-            continue
         target = node.target
         if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
             continue
@@ -65,30 +59,10 @@ def _convert(module: GraphModule, make_constant: ConstantMaker) -> bool:
                 break
             value = args[position]
             if _is_tensor_type(str(argument.type)) and isinstance(value, (bool, int, float)):
-                name = f"_scalar_{node.name}_{argument.name}"
-                args[position] = make_constant(name, torch.tensor(value))
+                tensor = torch.tensor(value)
+                # One constant per distinct number and dtype, in each graph.
+                key = f"scalar:{value!r}:{tensor.dtype}"
+                args[position] = threader.node_in(module, key, f"_scalar_{node.name}", tensor)
                 changed = True
         node.args = tuple(args)
-    if changed:
-        module.recompile()
-    return changed
-
-
-def _convert_subgraphs(owner: GraphModule, node: Node, make_constant: ConstantMaker) -> bool:
-    threaded: dict[str, list[Node]] = {}  # one placeholder per subgraph of `node`
-
-    def maker_for(index: int) -> ConstantMaker:
-        def make(name: str, value: torch.Tensor) -> Node:
-            # Branches may both have a `mul`; the key tells their scalars apart.
-            key = f"{name}={value.item()!r}:{value.dtype}"
-            if key not in threaded:
-                threaded[key] = add_operand(owner, node, make_constant(name, value))
-            return threaded[key][index]
-        return make
-
-    changed = False
-    for index, module in enumerate(subgraphs(owner, node)):
-        changed |= _convert(module, maker_for(index))
-    if threaded:
-        owner.recompile()
     return changed

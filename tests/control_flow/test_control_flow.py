@@ -158,6 +158,17 @@ def test_loops_jump_backwards() -> None:
         assert len(backward) == 1, name
 
 
+def test_constant_work_leaves_loop_bodies() -> None:
+    # The Linear in WhileCountdown's body transposes its weight; that is done
+    # once at compile time, and the untransposed weight is not stored.
+    _, result = compiled("while_countdown", *MODELS["while_countdown"][:2])
+    plan = result.program.execution_plan[0]
+    assert "aten::permute_copy.out" not in {op.qualified_name for op in plan.operators}
+    weights = [v for v in plan.values if isinstance(v, P.Tensor) and v.data_buffer_idx
+               and v.sizes == [4, 4]]
+    assert len(weights) == 1
+
+
 def test_while_loop_state_is_not_aliased_when_results_swap() -> None:
     # WhileWithCond returns the old state `a` as the new `b`: reading `a`
     # after it is overwritten would give b == a.
