@@ -17,6 +17,7 @@ from exirc.cli.app import main
 from exirc.compiler import compile_module
 from exirc.errors import ExircError
 from tests.control_flow.helpers import check_everywhere, compiled
+from tests.control_flow.test_control_flow import MapRows, WhileCountdown
 
 
 class Mlp(torch.nn.Module):
@@ -71,6 +72,11 @@ MODELS = {
     "attention": (SelfAttention, lambda: (torch.randn(2, 10, 16),),
                   lambda: ({1: SEQUENCE},)),
     "cond_on_batch": (CondOnBatch, lambda: (torch.randn(4, 3),), lambda: ({0: BATCH},)),
+    # map over as many rows as the input has; a loop state of dynamic size
+    "map_dynamic_rows": (MapRows, lambda: (torch.randn(6, 3), torch.randn(5)),
+                 lambda: ({0: BATCH}, None)),
+    "while_dynamic_state": (WhileCountdown, lambda: (torch.randn(2, 4), torch.tensor(3)),
+                        lambda: ({0: BATCH}, None)),
 }
 
 SIZES = {
@@ -78,6 +84,8 @@ SIZES = {
     "derived": [lambda n: (torch.randn(n, 8), torch.randn(2 * n, 8))],
     "attention": [lambda n: (torch.randn(2, n, 16),)],
     "cond_on_batch": [lambda n: (torch.rand(n, 3),), lambda n: (-torch.rand(n, 3),)],
+    "map_dynamic_rows": [lambda n: (torch.randn(n, 3), torch.randn(5))],
+    "while_dynamic_state": [lambda n: (torch.randn(n, 4), torch.tensor(n % 5))],
 }
 
 
