@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Any
 
-import sympy  # type: ignore[import-untyped]
+import sympy
 
 from exirc.symbolic_shapes import Dim, MethodShapes, SymbolRange
 
