@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from exirc.control_flow import graph_modules
+from exirc.control_flow import all_nodes, graph_modules
+from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class ToEdge(Pass):
 
     def run(self, program: ExportedProgram) -> PassResult:
         table = torch.export.default_decompositions()
+        table.update(EXTRA_DECOMPOSITIONS)
         for op_name in self.keep:
             table.pop(_resolve_op(op_name), None)
         program = program.run_decompositions(table)
@@ -47,7 +49,7 @@ class ToEdge(Pass):
 
 
 def _non_core_targets(program: ExportedProgram) -> set[Any]:
-    return {node.target for node in program.graph_module.graph.nodes
+    return {node.target for node in all_nodes(program.graph_module)
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
             and torch.Tag.core not in node.target.tags and not node.target.is_view}
 
