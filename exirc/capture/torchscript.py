@@ -1,9 +1,13 @@
 """TorchScript archives -> ExportedProgram, through torch's own converter.
 
 `torch._export.converter.TS2EPConverter` rewrites the TorchScript graph as
-an FX graph (prim::If becomes torch.cond, prim::Loop is unrolled or mapped)
-and traces it with torch.export. It needs example inputs, which a
-TorchScript archive does not keep. They come from, in this order:
+an FX graph (prim::If becomes torch.cond, a constant-trip prim::Loop is
+unrolled) and traces it with torch.export. It refuses loops whose trip count
+or condition is computed (`while i < int(n)`, `for _ in range(int(n))`,
+`while x.sum() < 100`); those graphs are run node by node by
+`torchscript_interpreter.TorchScriptProgram` instead, which makes such
+loops `while_loop`s. Both need example inputs, which a TorchScript archive
+does not keep. They come from, in this order:
 
   1. a file given with the archive (`load_model(spec, example_inputs_path=)`,
      `exirc compile --example-inputs FILE`): a .pt file holding a tuple of
@@ -70,24 +74,62 @@ def load_torchscript(path: str, example_inputs_path: str | None, warn: Warn) -> 
 
 def convert(module: torch.jit.ScriptModule, example_inputs: tuple[Any, ...],
             dynamic_shapes: Any = None, *, origin: str) -> ExportedProgram:
-    """A scripted module -> an ATen-dialect program with the given dynamic shapes."""
+    """A scripted module -> an ATen-dialect program with the given dynamic shapes.
+
+    torch's converter handles what it can; a loop it cannot unroll (its trip
+    count or condition computed) is left to `TorchScriptProgram`, which
+    makes it a while_loop, as is any loop in a graph the converter fails on.
+    """
+    from exirc.capture.torchscript_control_flow import has_computed_loop, has_loop
+
+    graph = module.inlined_graph
+    if has_computed_loop(graph):
+        return _interpret(module, example_inputs, dynamic_shapes, origin)
+    try:
+        converted = _convert_with_torch(module, example_inputs, origin)
+    except ModelError:
+        if not has_loop(graph):
+            raise
+        return _interpret(module, example_inputs, dynamic_shapes, origin)
+    return _export(converted, example_inputs, dynamic_shapes, origin)
+
+
+def _convert_with_torch(module: torch.jit.ScriptModule, example_inputs: tuple[Any, ...],
+                        origin: str) -> torch.nn.Module:
     from torch._export.converter import TS2EPConverter
 
     try:
-        converted = TS2EPConverter(module, example_inputs).convert()
+        return TS2EPConverter(module, example_inputs).convert().module()
     except Exception as e:
         raise ModelError(
             f"{origin}: cannot convert the TorchScript module to an ExportedProgram: "
             f"{type(e).__name__}: {first_line(e)}",
             hint="torch's converter does not cover every TorchScript construct; export the "
                  "original nn.Module from a model.py instead") from e
+
+
+def _interpret(module: torch.jit.ScriptModule, example_inputs: tuple[Any, ...],
+               dynamic_shapes: Any, origin: str) -> ExportedProgram:
+    """Export the graph run node by node: data-dependent loops become while_loops."""
+    from exirc.capture.torchscript_interpreter import TorchScriptProgram
+
+    return _export(TorchScriptProgram(module, origin), example_inputs, dynamic_shapes, origin)
+
+
+def _export(module: torch.nn.Module, example_inputs: tuple[Any, ...], dynamic_shapes: Any,
+            origin: str) -> ExportedProgram:
     from exirc.capture.export import export_error, quiet_torch
 
     try:
         with quiet_torch():
-            return torch.export.export(converted.module(), example_inputs,
-                                       dynamic_shapes=dynamic_shapes, strict=False)
+            return torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
+                                       strict=False)
     except Exception as e:
+        from exirc.capture.torchscript_interpreter import exirc_error_in
+
+        ours = exirc_error_in(e)  # the interpreter's, naming the TorchScript line
+        if ours is not None:
+            raise ours from ours.__cause__  # not torch's wrapper around it
         raise export_error(e, origin, MAIN_METHOD, None) from e
 
 
