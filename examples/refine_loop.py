@@ -2,8 +2,9 @@
 
 A `torch.cond` picks one of two encoders by the batch's mean, then a
 refinement loop applies a shared cell until the update is small or a step
-limit is reached (a `while_loop` with a data-dependent trip count). The batch dim is dynamic, 1 to 32 rows, so `exirc inspect` shows it as
-`s0<=32` and `exirc run` accepts any batch in that range.
+limit is reached (a `while_loop` with a data-dependent trip count). The
+batch dim is dynamic, 1 to 32 rows, so `exirc inspect` shows it as `s0<=32`
+and `exirc run` accepts any batch in that range.
 """
 
 import torch
