@@ -26,8 +26,6 @@ measures the neighbours' load more than the code.
 from __future__ import annotations
 
 import functools
-import os
-import statistics
 import struct
 import sys
 import tempfile
@@ -42,28 +40,24 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
+from bench.common import Row, against_references, bench_threads, median_time  # noqa: E402
 from exirc import program as P  # noqa: E402
 from exirc.runtime import load  # noqa: E402
 from exirc.serialize import serialize  # noqa: E402
 from exirc.serialize.header import CONSTANT_ALIGNMENT  # noqa: E402
 
-Row = dict[str, Any]
 CHAIN_LENGTH = 1000
 
 
 def run(report: Callable[[Row], None] | None = None) -> list[Row]:
     """Measure, report each row as it is ready, and return all rows."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("EXIRC_BENCH_THREADS", "1")))
     rows = []
-    try:
+    with bench_threads() as threads:
         for row in _rows():
-            row["threads"] = torch.get_num_threads()
+            row["threads"] = threads
             if report is not None:
                 report(row)
             rows.append(row)
-    finally:
-        torch.set_num_threads(threads)
     return rows
 
 
@@ -126,9 +120,9 @@ def per_instruction(length: int = CHAIN_LENGTH) -> Row:
     x = torch.zeros(1)
     (result,) = program.run("forward", [x])
     assert result.item() == float(length), result
-    run_seconds = _median_time(lambda: program.run("forward", [x]))
+    run_seconds = median_time(lambda: program.run("forward", [x]))
     empty = load(serialize(add_chain_program(1)))
-    base_seconds = _median_time(lambda: empty.run("forward", [x]))  # inputs, outputs, one op
+    base_seconds = median_time(lambda: empty.run("forward", [x]))  # inputs, outputs, one op
 
     a, one, out = torch.zeros(1), torch.ones(1), torch.empty(1)
     add = torch.add  # eager PyTorch's own fastest path to the same kernel
@@ -136,7 +130,7 @@ def per_instruction(length: int = CHAIN_LENGTH) -> Row:
     def direct() -> None:
         for _ in range(length):
             add(a, one, out=out)
-    direct_seconds = _median_time(direct)
+    direct_seconds = median_time(direct)
     per_instruction_us = (run_seconds - base_seconds) / (length - 1) * 1e6
     direct_us = direct_seconds / length * 1e6
     return {
@@ -168,9 +162,9 @@ def model_latency(name: str) -> Row:
         start = time.perf_counter()
         program = load(path)
         load_ms = (time.perf_counter() - start) * 1e3
-        exirc_s = _median_time(lambda: program.run("forward", inputs))
+        exirc_s = median_time(lambda: program.run("forward", inputs))
     row: Row = {"bench": "runtime.model", "model": name, "load_ms": load_ms}
-    return _against_references(row, exirc_s, module, inputs, pte)
+    return against_references(row, exirc_s, module, inputs, pte)
 
 
 def compiled_latency(name: str) -> Row:
@@ -182,41 +176,10 @@ def compiled_latency(name: str) -> Row:
     module, inputs = model.module(), list(model.inputs())
     portable = compile_module(module, tuple(inputs)).data
     fused = compile_module(module, tuple(inputs), options=CompileOptions(target="exirc")).data
-    exirc_s = _median_time(functools.partial(load(portable).run, "forward", inputs))
-    fused_s = _median_time(functools.partial(load(fused).run, "forward", inputs))
+    exirc_s = median_time(functools.partial(load(portable).run, "forward", inputs))
+    fused_s = median_time(functools.partial(load(fused).run, "forward", inputs))
     row: Row = {"bench": "runtime.compiled", "model": name, "exirc_target_ms": fused_s * 1e3}
-    return _against_references(row, exirc_s, module, inputs, portable)
-
-
-def _against_references(row: Row, exirc_s: float, module: torch.nn.Module,
-                        inputs: list[Any], pte: bytes) -> Row:
-    """Add exirc's time beside torch eager's and ExecuTorch's on the same file."""
-    from tests.oracle import load_with_executorch
-
-    with torch.no_grad():
-        eager_s = _median_time(lambda: module(*inputs))
-    row.update({"exirc_ms": exirc_s * 1e3, "eager_ms": eager_s * 1e3,
-                "exirc_vs_eager": exirc_s / eager_s})
-    try:
-        et_module = load_with_executorch(pte)
-    except ImportError:
-        return row
-    et_s = _median_time(lambda: et_module.forward(inputs))
-    row.update({"executorch_ms": et_s * 1e3, "exirc_vs_executorch": exirc_s / et_s})
-    return row
-
-
-def _median_time(fn: Callable[[], Any], budget: float = 0.3, warmup: int = 5) -> float:
-    """Median seconds per call, over as many calls as fit in about `budget` seconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    deadline = time.perf_counter() + budget
-    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < 10_000):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return against_references(row, exirc_s, module, inputs, portable)
 
 
 def _print(row: Row) -> None:
