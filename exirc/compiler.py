@@ -2,8 +2,10 @@
 
 `compile_methods` is the table of contents of the pipeline, a line a stage.
 `compile_module` and `compile_model` (what `exirc compile` calls) capture
-the model first. Heavy imports happen inside the functions so importing
-`exirc.compiler` stays cheap.
+the model first, and with `verify` / `bundle` check the program against
+eager PyTorch and store test cases in it (`exirc.diagnostics`). Heavy
+imports happen inside the functions so importing `exirc.compiler` stays
+cheap.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exirc import program as P
+from exirc.diagnostics.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
 from exirc.errors import UsageError
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
+
+    from exirc.capture import MethodSource
+    from exirc.diagnostics.reference import Reference
+    from exirc.diagnostics.verify import VerificationReport
+    from exirc.runtime.kernels import KernelRegistry
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,18 @@ class CompileOptions:
     print_ir_after_change: bool = False  # the graph after each pass that changed it
     print_ir_diff: bool = False  # a unified diff for each pass that changed the graph
     max_arena_bytes: int | None = None  # fail when a method's planned arena is bigger
+    # Run the program and eager PyTorch on the example inputs (or on each .npz of
+    # `verify_inputs`) and fail with VerificationError when they differ.
+    verify: bool = False
+    verify_inputs: tuple[str | Path, ...] = ()
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+    bundle: bool = False  # store those inputs and eager outputs in the program
+
+    @property
+    def self_check(self) -> bool:
+        """Whether the compile runs the model eagerly: to verify, or to bundle."""
+        return self.verify or self.bundle
 
 
 @dataclass
@@ -62,6 +82,8 @@ class CompileResult:
     # the node each instruction was made for: what diagnostics map back to.
     planned: dict[str, ExportedProgram] = field(default_factory=dict)
     instruction_nodes: dict[str, list[torch.fx.Node]] = field(default_factory=dict)
+    verification: VerificationReport | None = None  # with options.verify: what matched
+    bundled_cases: int = 0  # with options.bundle: test cases stored in the program
 
     def save(self, path: str | Path) -> None:
         write_atomically(Path(path), self.data)
@@ -131,10 +153,14 @@ def _fill_report(report: CompileReport, program: P.Program,
 def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
                    dynamic_shapes: Any = None,
                    methods: dict[str, tuple[Any, ...]] | None = None,
-                   options: CompileOptions = CompileOptions()) -> CompileResult:
-    """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes]))."""
+                   options: CompileOptions = CompileOptions(),
+                   kernels: KernelRegistry | None = None) -> CompileResult:
+    """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes])).
+
+    `kernels` is the interpreter's kernel registry for `options.verify`."""
     from exirc.capture import MethodSource, capture
 
+    _check_self_check_options(options)
     sources = {"forward": MethodSource("forward", module, tuple(example_inputs),
                                        dynamic_shapes, None, "<module>")}
     for name, entry in (methods or {}).items():
@@ -142,30 +168,95 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
         sources[name] = MethodSource(name, extra_module, tuple(extra_inputs),
                                      shapes[0] if shapes else None, None, "<module>")
     started = time.perf_counter()
+    references = _references(sources, options)
+    eager_seconds = time.perf_counter() - started
+    started = time.perf_counter()
     exported = {name: capture(source) for name, source in sources.items()}
     capture_seconds = time.perf_counter() - started
     result = compile_methods(exported, options)
     result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
+    if references is not None:
+        result.report.stage_seconds["eager"] = eager_seconds
+        _verify_and_bundle(result, references, options, kernels)
     return result
 
 
 def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
                   example_inputs_path: str | None = None,
-                  warn: Callable[[str], None] | None = None) -> CompileResult:
+                  warn: Callable[[str], None] | None = None,
+                  kernels: KernelRegistry | None = None) -> CompileResult:
     """Compile what `exirc compile SPEC` names: model.py, model.py:factory, .pt2, ...
 
     `example_inputs_path` feeds a TorchScript archive; `warn` receives
-    warnings such as a model left in training mode.
+    warnings such as a model left in training mode. With `options.verify`,
+    a program that computes something else than the model raises
+    VerificationError; `kernels` is the interpreter's kernel registry for it.
     """
     from exirc.capture import capture, load_model
 
+    _check_self_check_options(options)
     started = time.perf_counter()
     loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
+    eager_started = time.perf_counter()
+    references = _references(loaded.methods, options)
+    eager_seconds = time.perf_counter() - eager_started
     exported = {name: capture(source) for name, source in loaded.methods.items()}
-    capture_seconds = time.perf_counter() - started
+    capture_seconds = time.perf_counter() - started - eager_seconds
     result = compile_methods(exported, options)
     result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
+    if references is not None:
+        result.report.stage_seconds["eager"] = eager_seconds
+        _verify_and_bundle(result, references, options, kernels)
     return result
+
+
+# -- --verify and --bundle ------------------------------------------------------
+
+
+def _check_self_check_options(options: CompileOptions) -> None:
+    if options.verify_inputs and not options.self_check:
+        raise UsageError("verification inputs apply to --verify and --bundle",
+                         hint="add --verify (or --bundle to store them in the program)")
+    if not (options.rtol >= 0 and options.atol >= 0):
+        raise UsageError(f"tolerances must be >= 0, got rtol {options.rtol}, "
+                         f"atol {options.atol}")
+
+
+def _references(sources: dict[str, MethodSource], options: CompileOptions
+                ) -> dict[str, Reference] | None:
+    """Eager outputs for verifying or bundling, computed before any pass runs (a
+    pass may rewrite the captured graphs, and the weights they share, in place)."""
+    if not options.self_check:
+        return None
+    from exirc.diagnostics.reference import prepare
+
+    return prepare(sources, options.verify_inputs)
+
+
+def _verify_and_bundle(result: CompileResult, references: dict[str, Reference],
+                       options: CompileOptions, kernels: KernelRegistry | None) -> None:
+    """Verify first (a mismatch raises, so nothing is bundled or written), then bundle."""
+    from exirc.diagnostics.bundle import write_bundle
+    from exirc.diagnostics.tolerance import Tolerance
+    from exirc.diagnostics.verify import bundle_references, verify_result
+    from exirc.serialize import serialize
+
+    tolerance = Tolerance(options.rtol, options.atol)
+    stages = result.report.stage_seconds
+    if options.verify:
+        started = time.perf_counter()
+        result.verification = verify_result(result, references, tolerance=tolerance,
+                                            kernels=kernels)
+        stages["verify"] = time.perf_counter() - started
+        result.verification.raise_if_failed()
+    if options.bundle:
+        started = time.perf_counter()
+        bundle = bundle_references(result, references, tolerance)
+        write_bundle(result.program, bundle)
+        result.data = serialize(result.program)
+        result.report.file_bytes = len(result.data)
+        result.bundled_cases = len(bundle.cases)
+        stages["bundle"] = time.perf_counter() - started
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -28,6 +28,19 @@ Examples:
   exirc compile model.py --dump-dir ir/ -o model.pte     # the graph after every pass
   exirc compile model.py --print-ir-diff                 # what each pass changed
   exirc compile model.py --max-arena 256K -o model.pte   # fail if the plan needs more
+  exirc compile model.py --verify -o model.pte           # fail (exit 5) if it differs from eager
+  exirc compile model.py --verify --verify-inputs in.npz --atol 1e-4
+  exirc compile model.py --verify --bundle -o model.pte  # then: exirc run model.pte --check
+
+\b
+Verification (--verify): the program runs in exirc's interpreter and the
+model in eager PyTorch, on the example inputs or on each --verify-inputs
+.npz (keys input_0, ...; METHOD.input_0, ... for other methods). Outputs
+must match in dtype, shape and value (|got - expected| <= atol + rtol *
+|expected|; NaN equals NaN). On a mismatch the compile fails with exit code
+5, writes no file, and names the first instruction whose result diverges:
+its op, graph node, source line and module. --bundle stores the inputs and
+eager outputs in the program, for `exirc run --check`.
 
 \b
 Pass debugging (printed on stderr; the flags combine):
@@ -72,6 +85,20 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--max-arena", "max_arena", metavar="SIZE", callback=_arena_limit,
               help="Fail if a method's planned memory arena needs more than SIZE: bytes, or "
                    "K/M/G (KiB/MiB/GiB), e.g. 256K.")
+@click.option("--verify", is_flag=True,
+              help="Run the program and eager PyTorch on the example inputs and fail (exit "
+                   "code 5, no file) if their outputs differ.")
+@click.option("--verify-inputs", "verify_inputs", multiple=True, metavar="FILE.npz",
+              type=click.Path(dir_okay=False),
+              help="Inputs for --verify and --bundle instead of the example inputs: a .npz "
+                   "per case (repeatable).")
+@click.option("--rtol", type=float, default=None,
+              help="Relative tolerance of --verify and bundled cases (default 1e-4).")
+@click.option("--atol", type=float, default=None,
+              help="Absolute tolerance of --verify and bundled cases (default 1e-5).")
+@click.option("--bundle", is_flag=True,
+              help="Store the inputs and eager outputs in the program as test cases for "
+                   "`exirc run --check`.")
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
@@ -79,7 +106,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     pipeline_file: Path | None, print_pipeline: bool,
                     print_ir_after_all: bool, print_ir_after_change: bool,
                     print_ir_diff: bool, dump_dir: Path | None, max_arena: int | None,
-                    time_passes: bool, quiet: bool, verbose: bool) -> None:
+                    verify: bool, verify_inputs: tuple[str, ...], rtol: float | None,
+                    atol: float | None, bundle: bool, time_passes: bool, quiet: bool,
+                    verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.passes.pipeline import load_pipeline
 
@@ -88,13 +117,20 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         return
 
     from exirc.compiler import CompileOptions, compile_model
+    from exirc.diagnostics.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
 
+    if (rtol is not None or atol is not None) and not (verify or bundle):
+        raise UsageError("--rtol and --atol apply to --verify and --bundle",
+                         hint="add --verify")
     output = output or Path(model.split(":")[0]).with_suffix(".pte")
     options = CompileOptions(target=target, pipeline=pipeline_file,
                              print_ir_after_all=print_ir_after_all,
                              print_ir_after_change=print_ir_after_change,
                              print_ir_diff=print_ir_diff, dump_dir=dump_dir,
-                             max_arena_bytes=max_arena)
+                             max_arena_bytes=max_arena, verify=verify,
+                             verify_inputs=verify_inputs,
+                             rtol=DEFAULT_RTOL if rtol is None else rtol,
+                             atol=DEFAULT_ATOL if atol is None else atol, bundle=bundle)
     if not output.parent.is_dir() and str(output.parent):
         raise UsageError(f"cannot write {output}: directory {output.parent} does not exist")
     with warnings.catch_warnings():
@@ -125,4 +161,10 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
             ops = sorted({op.qualified_name for op in plan.operators})
             lines.append(f"  method {plan.name}: {len(plan.values)} values, "
                          f"{len(ops)} operators: {', '.join(ops)}")
+    if result.bundled_cases:
+        count = result.bundled_cases
+        lines.append(f"  bundled {count} test case{'s' if count != 1 else ''} "
+                     "(check with `exirc run --check`)")
+    if result.verification is not None:
+        lines.append(f"verified: {result.verification.summary()}")
     click.echo("\n".join(lines), file=sys.stderr)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from exirc.errors import InputError, UsageError
+from exirc.errors import InputError, UsageError, VerificationError
 
 if TYPE_CHECKING:
     import numpy
@@ -35,9 +35,15 @@ Examples:
   exirc run model.pte --random --repeat 100          latency: min, median, p90, max
   exirc run model.pte --random --profile             time per operator
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
+  exirc run model.pte --check                        run the bundled test cases
 
 Inputs are checked against the method's signature (count, dtype, rank,
 shape) before anything runs.
+
+--check runs the test cases `exirc compile --bundle` stored in the program
+(every method's, or --method's) and compares each output with the expected
+one, within the tolerance stored with them: a line per case, exit code 0 if
+all pass and 5 if any fails.
 """
 
 _SUMMARY_VALUES = 6
@@ -63,11 +69,22 @@ _SUMMARY_VALUES = 6
               help="Instructions one run may execute (default 1,000,000).")
 @click.option("--max-memory", type=str, default=None, metavar="SIZE",
               help="Refuse programs planning more memory than this, e.g. 512M or 2G.")
+@click.option("--check", is_flag=True,
+              help="Run the test cases bundled in the program (`exirc compile --bundle`) and "
+                   "report pass or fail (exit code 5 if any fails).")
 def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, profile_ops: bool,
                 plugins: tuple[str, ...], max_steps: int | None,
-                max_memory: str | None) -> None:
+                max_memory: str | None, check: bool) -> None:
     """Run a method of the program file PATH and summarise its outputs."""
+    if check:
+        given = [flag for flag, used in (("--inputs", input_paths), ("--random", random_inputs),
+                                         ("--seed", seed is not None), ("-o", output),
+                                         ("--repeat", repeat > 1), ("--profile", profile_ops))
+                 if used]
+        if given:
+            raise UsageError(f"--check runs the bundled inputs; it does not take "
+                             f"{', '.join(given)}")
     if input_paths and random_inputs:
         raise UsageError("give --inputs or --random, not both")
     if seed is not None and not random_inputs:
@@ -81,6 +98,9 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
 
     program = load(path, max_memory=_parse_size(max_memory) if max_memory else None,
                    max_steps=max_steps or DEFAULT_MAX_STEPS)
+    if check:
+        _check_bundled(program, method_name)
+        return
     method = program.method(_method_name(program, method_name))
     inputs: Sequence[Any] | dict[str, Any]
     if random_inputs:
@@ -110,6 +130,29 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
         save_arrays(output, {f"output_{i}": _to_numpy(value) for i, value in enumerate(outputs)})
         click.echo(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {output}",
                    err=True)
+
+
+def _check_bundled(program: LoadedProgram, method_name: str | None) -> None:
+    """`--check`: a line per bundled case on stdout; VerificationError if any fails."""
+    from exirc.diagnostics.bundle import check_bundled
+
+    if method_name is not None:
+        program.method(method_name)  # an unknown method is reported with the list
+    bundle, results = check_bundled(program, method_name)
+    for result in results:
+        click.echo(result.line())
+    failed = [result for result in results if not result.ok]
+    tolerance = f"rtol {bundle.rtol:g}, atol {bundle.atol:g}"
+    if failed:
+        first = failed[0]
+        raise VerificationError(
+            f"{len(failed)} of {len(results)} bundled test case"
+            f"{'s' if len(results) != 1 else ''} failed ({tolerance}); first: {first.label}: "
+            + "; ".join(first.failures()),
+            hint="the program no longer computes what the model did when it was compiled: "
+                 "recompile with `exirc compile --verify` to find where it diverges")
+    click.echo(f"{len(results)} bundled test case{'s' if len(results) != 1 else ''} "
+               f"passed ({tolerance})")
 
 
 def _method_name(program: LoadedProgram, requested: str | None) -> str:

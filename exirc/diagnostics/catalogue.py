@@ -470,25 +470,37 @@ _DOCS = (
         exit_code=5,
         raised_as="exirc.errors.VerificationError",
         meaning=(
-            "A compiled program was checked against a reference (the eager model, or the "
-            "expected outputs bundled with a test) and at least one output differs by more "
-            "than the tolerance. The program runs, but computes something else."
+            "A compiled program was checked against a reference and at least one output "
+            "differs by more than the tolerance: `exirc compile --verify` compares it with "
+            "the eager model on the example inputs (or --verify-inputs), `exirc run --check` "
+            "with the expected outputs bundled in the file by `--bundle`. The program runs, "
+            "but computes something else. --verify then names the first instruction whose "
+            "result diverges from torch's own kernels, with its op, graph node, source line "
+            "and module; if every instruction agrees, it names the first graph node a pass "
+            "changed. Nothing is written when --verify fails."
         ),
         causes=(
-            "a pass changed the model's numerics (a wrong rewrite or fusion)",
-            "a kernel that differs from torch's for these inputs",
+            "a kernel that computes something else than torch's for these inputs (a plugin's "
+            "kernel, or an interpreter bug)",
+            "a pass that changed the model's numerics (a wrong rewrite or fusion)",
+            "with run --check: the program or its kernels changed since the cases were "
+            "bundled",
             "a tolerance too tight for the dtype (float16 and bfloat16 need looser ones)",
         ),
         what_to_do=(
-            "`exirc compile --print-ir-after-all` shows the graph after each pass, to find "
-            "the one that changed the result",
-            "compile with a pipeline that leaves out optional passes (constant_fold, fuse) "
-            "to narrow it down",
-            "if the difference is rounding, loosen the tolerance",
+            "read the first diverging instruction and its source line in the message",
+            "for a pass, `exirc compile --print-ir-diff` shows what each pass changed; a "
+            "pipeline without the optional passes (constant_fold, fuse) narrows it down",
+            "if the difference is rounding, loosen the tolerance (--rtol, --atol)",
         ),
         example=(
-            "error[E0500]: output_0 differs from the reference: max abs difference 0.25 "
-            "at [1, 2], tolerance 1e-05"
+            "error[E0500]: method 'forward' differs from eager PyTorch on the example inputs "
+            "(rtol 0.0001, atol 1e-05)\n"
+            "    output_0: max abs error 0.25 (rel 0.5) at [1, 2]: got 0.75, expected 0.5; "
+            "3 of 8 elements differ\n"
+            "    first diverging instruction: 1 aten::relu.out (node %relu)\n"
+            "    source: model.py:12: return torch.relu(self.fc(x))\n"
+            "    module: block (Block)"
         ),
     ),
 )

@@ -7,6 +7,7 @@ planned memory, and no node aliases another's storage.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,15 +37,19 @@ class ToEdge(Pass):
         table.update(EXTRA_DECOMPOSITIONS)
         for op_name in self.keep:
             table.pop(_resolve_op(op_name), None)
-        program = program.run_decompositions(table)
-        # torch's default table keeps some non-core ops (linalg_vector_norm)
-        # that another of its decompositions lowers to core ops. Use those,
-        # one op at a time, and only when the result is core ATen: a lowering
-        # to `prims` would hide the user's op behind one they never wrote.
-        for op, decomposition in _decomposable_leftovers(program).items():
-            candidate = program.run_decompositions({op: decomposition})
-            if _core_only(candidate):
-                program = candidate
+        with warnings.catch_warnings():
+            # torch warns about its own internals here (pytree's LeafSpec), which
+            # says nothing to a user and would be the first line of `-v` output.
+            warnings.simplefilter("ignore", FutureWarning)
+            program = program.run_decompositions(table)
+            # torch's default table keeps some non-core ops (linalg_vector_norm)
+            # that another of its decompositions lowers to core ops. Use those,
+            # one op at a time, and only when the result is core ATen: a lowering
+            # to `prims` would hide the user's op behind one they never wrote.
+            for op, decomposition in _decomposable_leftovers(program).items():
+                candidate = program.run_decompositions({op: decomposition})
+                if _core_only(candidate):
+                    program = candidate
         return PassResult(program, changed=True)
 
 

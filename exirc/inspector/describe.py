@@ -54,7 +54,16 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
         "constants": constants_summary(program),
         "methods": [describe_plan(program, plan, shapes.get(plan.name))
                     for plan in program.execution_plan],
+        "bundled_cases": bundled_cases(program),
     }
+
+
+def bundled_cases(program: P.Program) -> dict[str, int]:
+    """Test cases `exirc compile --bundle` stored, per method (none in other files)."""
+    from exirc.diagnostics.bundle import read_bundle
+
+    bundle = read_bundle(program)
+    return bundle.counts() if bundle is not None else {}
 
 
 def segment_roles(program: P.Program) -> dict[int, str]:

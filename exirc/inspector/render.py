@@ -80,6 +80,10 @@ def render_summary(info: dict[str, Any], bold: Style) -> str:
              for key in ("program", "constants", "delegate_data", "other_segments", "padding")
              if size[key] or key in ("program", "constants")]
     lines.append(bold("size: ") + " | ".join(parts))
+    if info.get("bundled_cases"):
+        lines.append(bold("bundled test cases: ") + ", ".join(
+            f"{clean(m)} {n}" for m, n in info["bundled_cases"].items())
+            + " (run them with `exirc run --check`)")
     return "\n".join(lines)
 
 

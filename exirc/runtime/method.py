@@ -20,6 +20,11 @@ returns the index of the next instruction when it jumps (None otherwise):
 A run copies the inputs into their planned memory, runs the chains in order,
 and copies the outputs out of the arenas so they survive the next run. One
 method instance runs one call at a time (its arenas are shared state).
+
+`run(observer=...)` calls `observer(chain, index)` after each instruction
+runs, so a debugger (`exirc compile --verify` localizing a mismatch) can read
+what it wrote with `value()` before later instructions reuse the memory.
+Observed runs take a separate, slower loop; the plain loop is unchanged.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ if TYPE_CHECKING:
     from exirc.runtime.profile import Profile
 
 Step = Callable[[], "int | None"]
+
+Observer = Callable[[int, int], None]
+"""`observer(chain, index)`: called after instruction `index` of `chain` has run."""
 
 DEFAULT_MAX_STEPS = 1_000_000
 """Instructions one run may execute: room for loops over thousands of items,
@@ -139,9 +147,12 @@ class Method:
     # -- running ---------------------------------------------------------------
 
     def run(self, inputs: Sequence[Any] | Mapping[str, Any] = (),
-            profile: Profile | None = None) -> list[Any]:
+            profile: Profile | None = None, observer: Observer | None = None) -> list[Any]:
         """Run the method on `inputs` (tensors, numpy arrays or scalars, in order or
-        by name) and return its outputs, which the next run does not overwrite."""
+        by name) and return its outputs, which the next run does not overwrite.
+
+        `observer(chain, index)`, if given, is called after every instruction
+        that runs, in execution order (see the module docstring)."""
         checked = self._check_inputs(inputs)
         for index, start in self._scalar_starts:
             self._env[index] = start
@@ -153,7 +164,10 @@ class Method:
         chains = self._chains if profile is None else self._profiled_chains(profile)
         budget = self.max_steps
         for c, steps in enumerate(chains):
-            budget = self._execute(c, steps, budget)
+            if observer is None:
+                budget = self._execute(c, steps, budget)
+            else:
+                budget = self._execute_observed(c, steps, budget, observer)
         return [_copy_out(self._env[index]) for index in self.output_values]
 
     def _execute(self, chain: int, steps: list[Step], budget: int) -> int:
@@ -171,6 +185,28 @@ class Method:
             raise
         except Exception as error:  # noqa: BLE001 (any kernel's failure, named and re-raised)
             raise self._failure(chain, pc, error) from error
+        return budget
+
+    def _execute_observed(self, chain: int, steps: list[Step], budget: int,
+                          observer: Observer) -> int:
+        """`_execute`, calling `observer` after each step. A separate loop, so the
+        plain one pays nothing for it; the observer's own errors are not blamed
+        on the instruction."""
+        pc = 0
+        end = len(steps)
+        while pc < end:
+            at = pc
+            try:
+                jump = steps[at]()
+            except ExircError:
+                raise
+            except Exception as error:  # noqa: BLE001 (as in _execute)
+                raise self._failure(chain, at, error) from error
+            pc = at + 1 if jump is None else jump
+            budget -= 1
+            if budget < 0:
+                raise self._step_limit(chain, pc)
+            observer(chain, at)
         return budget
 
     def _failure(self, chain: int, pc: int, error: Exception) -> ExecutionError:

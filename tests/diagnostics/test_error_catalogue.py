@@ -35,7 +35,7 @@ from exirc.errors import (
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.serialize import serialize
 from tests.compile.test_cli_compile import MLP, NOT_EDGE, RAISES, UNSUPPORTED, write
-from tests.passes.test_pipeline import PLUGIN
+from tests.passes.test_pipeline import PLUGIN, portable_with
 from tests.programs import add_constant_program, control_flow_program
 from tests.runtime.test_interpreter import loop_program
 from tests.test_error_codes import _all_error_classes
@@ -191,6 +191,13 @@ def bad_add_program() -> P.Program:
     return program
 
 
+def verify_swapped_relu(directory: Path, plugin: str) -> list[str]:
+    """`exirc compile --verify` of MLP with a plugin pass that turns relu into sigmoid."""
+    write(directory, "model.py", MLP)
+    write(directory, "swap.yaml", portable_with([f"{plugin}:SwapRelu"]))
+    return ["compile", "model.py", "--pipeline", "swap.yaml", "--verify"]
+
+
 def inspect_bytes(data: bytes) -> Callable[[Path, str], list[str]]:
     """`exirc inspect bad.pte` of a file holding `data`."""
 
@@ -268,12 +275,21 @@ CASES = [
                    "%avg_pool3d at model.py:5: ") + ".+",
          exactly("use --target exirc, or register a backend op with a kernel for it, or "
                  "decompose it into supported ops")),
+    Case("E0500", 5, verify_swapped_relu,
+         re.escape("method 'forward' differs from eager PyTorch on the example inputs (rtol "
+                   "0.0001, atol 1e-05)\n    output_0: max abs error ") + r".+\n"
+         + re.escape("    first node a pass changed: %relu, instruction 1 aten::sigmoid.out "
+                     "(captured as aten.relu.default)\n"
+                     "    source: model.py:13: return self.fc2(torch.relu(self.fc1(x)))\n"
+                     "    module: <root> (MLP)\n"
+                     "    vs the captured model: max abs error ") + r".+",
+         exactly("a pass rewrote %relu into something that computes another value: "
+                 "`exirc compile --print-ir-diff` shows which pass changed it")),
 ]
 
 # Codes no code path in exirc raises yet; a test below fails once one does.
 NOT_RAISED_YET = {
     "E0000": "the base class: exirc raises its subclasses",
-    "E0500": "no verification step raises VerificationError yet",
 }
 
 
