@@ -122,6 +122,9 @@ class _FlatBufferWriter:
     def __init__(self, segment_offsets: list[int]) -> None:
         self.b = flatbuffers.Builder(1024)
         self.segment_offsets = segment_offsets
+        # Instructions from one source line carry the same frames: store each
+        # distinct frame list once and point at it (a FlatBuffer may share).
+        self._frame_lists: dict[tuple[tuple[Any, ...], ...], int] = {}
 
     # -- helpers ---------------------------------------------------------
 
@@ -145,6 +148,10 @@ class _FlatBufferWriter:
 
     def _string(self, text: str | None) -> int | None:
         return None if text is None else int(self.b.CreateString(text))
+
+    def _shared_string(self, text: str | None) -> int | None:
+        """A string stored once however often it is used (file names, code lines)."""
+        return None if text is None else int(self.b.CreateSharedString(text))
 
     # -- tables ----------------------------------------------------------
 
@@ -326,11 +333,18 @@ class _FlatBufferWriter:
         return int(Chain.End(b))
 
     def frame_list(self, frames: P.FrameList) -> int:
+        key = tuple((f.filename, f.lineno, f.name, f.context) for f in frames.items)
+        shared = self._frame_lists.get(key)
+        if shared is None:
+            shared = self._frame_lists[key] = self._new_frame_list(frames)
+        return shared
+
+    def _new_frame_list(self, frames: P.FrameList) -> int:
         items = []
         for frame in frames.items:
-            filename = self._string(frame.filename)
-            name = self._string(frame.name)
-            context = self._string(frame.context)
+            filename = self._shared_string(frame.filename)
+            name = self._shared_string(frame.name)
+            context = self._shared_string(frame.context)
             Frame.Start(self.b)
             if filename is not None:
                 Frame.AddFilename(self.b, filename)
