@@ -172,13 +172,14 @@ def add_operand(owner: GraphModule, node: Node, value: Node) -> list[Node]:
 class ConstantThreader:
     """Gives any graph of a program a node holding a constant.
 
-    The constant is made once, at the top level, by `make(name, tensor)` (a
-    new lifted constant), and passed down through each enclosing control-flow
+    The constant is made once, at the top level, by `make(name, tensor,
+    described)` (a new lifted constant), and passed down through each enclosing control-flow
     op as an operand; the subgraph reads it as a placeholder. Asking twice
     with the same `key` in the same graph gives the same node.
     """
 
-    def __init__(self, root: GraphModule, make: Callable[[str, torch.Tensor], Node]) -> None:
+    def __init__(self, root: GraphModule,
+                 make: Callable[[str, torch.Tensor, str | None], Node]) -> None:
         self.root = root
         self.make = make
         # subgraph -> (its owner, the control-flow node calling it, its position)
@@ -190,15 +191,16 @@ class ConstantThreader:
                         self.parents[id(sub)] = (module, node, position)
         self._made: dict[tuple[int, str], Node] = {}
 
-    def node_in(self, module: GraphModule, key: str, name: str, tensor: torch.Tensor) -> Node:
+    def node_in(self, module: GraphModule, key: str, name: str, tensor: torch.Tensor,
+                described: str | None = None) -> Node:
         made = self._made.get((id(module), key))
         if made is not None:
             return made
         if module is self.root:
-            node = self.make(name, tensor)
+            node = self.make(name, tensor, described)
         else:
             owner, control_flow, position = self.parents[id(module)]
-            outer = self.node_in(owner, key, name, tensor)
+            outer = self.node_in(owner, key, name, tensor, described)
             added = add_operand(owner, control_flow, outer)
             # The op's other subgraphs received it too; they reuse theirs.
             for sibling, placeholder in zip(subgraphs(owner, control_flow), added):

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
+# node.meta key: what a constant made by a pass is, for people (the size
+# report), e.g. "fc1.weight (permute_copy)"; its target is only an identifier.
+CONSTANT_NAME = "exirc_constant_name"
+
 
 def input_specs_by_name(program: ExportedProgram) -> dict[str, InputSpec]:
     return {
@@ -33,6 +37,12 @@ def input_specs_by_name(program: ExportedProgram) -> dict[str, InputSpec]:
 def mutated_buffers(program: ExportedProgram) -> set[str]:
     """Targets of buffers the program writes: never constant."""
     return set(program.graph_signature.buffers_to_mutate.values())
+
+
+def input_target(program: ExportedProgram, node: Node) -> str | None:
+    """The parameter, buffer or constant a placeholder lifts (`fc1.weight`)."""
+    spec = input_specs_by_name(program).get(node.name)
+    return spec.target if spec is not None else None
 
 
 def constant_tensor(program: ExportedProgram, node: Node) -> torch.Tensor | None:
@@ -51,8 +61,11 @@ def constant_tensor(program: ExportedProgram, node: Node) -> torch.Tensor | None
     return value if isinstance(value, torch.Tensor) else None
 
 
-def add_constant(program: ExportedProgram, name: str, value: torch.Tensor) -> Node:
-    """A new constant placeholder holding `value`, placed before user inputs."""
+def add_constant(program: ExportedProgram, name: str, value: torch.Tensor,
+                 described: str | None = None) -> Node:
+    """A new constant placeholder holding `value`, placed before user inputs.
+
+    `described` says what it is for people (see CONSTANT_NAME)."""
     graph = program.graph_module.graph
     name = unused_placeholder_name(graph, name)
     specs = program.graph_signature.input_specs
@@ -69,6 +82,8 @@ def add_constant(program: ExportedProgram, name: str, value: torch.Tensor) -> No
         with ctx:
             node = graph.placeholder(name)
     node.meta["val"] = _fake_like(program, value)
+    if described:
+        node.meta[CONSTANT_NAME] = described
     specs.insert(first_user, InputSpec(kind=InputKind.CONSTANT_TENSOR,
                                        arg=TensorArgument(name=node.name), target=node.name,
                                        persistent=None))

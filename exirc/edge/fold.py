@@ -8,6 +8,7 @@ parameter is dropped by dead-code elimination if nothing else reads it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,7 +23,7 @@ from exirc.control_flow import (
     subgraphs,
     whole_operands,
 )
-from exirc.edge.constants import add_constant, constant_tensor
+from exirc.edge.constants import CONSTANT_NAME, add_constant, constant_tensor, input_target
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -59,15 +60,16 @@ class ConstantFold(Pass):
     def run(self, program: ExportedProgram) -> PassResult:
         root = program.graph_module
         values: dict[Node, torch.Tensor] = {}
+        bound: dict[Node, Node] = {}  # a subgraph's placeholder -> the operand it receives
         for node in root.graph.nodes:
             if node.op == "placeholder":
                 tensor = constant_tensor(program, node)
                 if tensor is not None:
                     values[node] = tensor
-        self._evaluate_graph(root, values)
+        self._evaluate_graph(root, values, bound)
 
         self._keep_growing_ops_at_run_time(values)
-        threader = ConstantThreader(root, lambda name, value: add_constant(program, name, value))
+        threader = ConstantThreader(root, functools.partial(add_constant, program))
         changed: dict[int, GraphModule] = {}
         for node, value in values.items():
             if node.op == "placeholder":
@@ -79,7 +81,8 @@ class ConstantFold(Pass):
             assert module is not None
             # In a loop body this also saves the work on every iteration.
             replacement = threader.node_in(module, f"fold:{id(node)}", f"_folded_{node.name}",
-                                           value.contiguous())
+                                           value.contiguous(),
+                                           described=_described(program, node, bound))
             replacement.meta["stack_trace"] = node.meta.get("stack_trace")
             node.replace_all_uses_with(replacement, delete_user_cb=lambda u: u not in values)
             changed[id(module)] = module
@@ -90,7 +93,8 @@ class ConstantFold(Pass):
             root.recompile()
         return PassResult(program, bool(changed))
 
-    def _evaluate_graph(self, module: GraphModule, values: dict[Node, torch.Tensor]) -> None:
+    def _evaluate_graph(self, module: GraphModule, values: dict[Node, torch.Tensor],
+                        bound: dict[Node, Node]) -> None:
         """Fold what can be in `module` and its subgraphs; a subgraph's
         placeholder is constant when the whole operand it stands for is."""
         for node in module.graph.nodes:
@@ -99,7 +103,8 @@ class ConstantFold(Pass):
                     for placeholder, operand in zip(placeholders(sub), operands):
                         if isinstance(operand, Node) and operand in values:
                             values[placeholder] = values[operand]
-                    self._evaluate_graph(sub, values)
+                            bound[placeholder] = operand
+                    self._evaluate_graph(sub, values, bound)
             elif node.op == "call_function" and _is_foldable_op(node.target):
                 folded = self._evaluate(node, values)
                 if folded is not None:
@@ -129,3 +134,26 @@ class ConstantFold(Pass):
         with torch.no_grad():
             result = node.target(*args, **kwargs)  # type: ignore[operator]
         return result if isinstance(result, torch.Tensor) else None
+
+
+def _described(program: ExportedProgram, node: Node, bound: dict[Node, Node]) -> str:
+    """`fc1.weight (permute_copy)`: the constants a folded node was computed
+    from, and its op, for the size report."""
+    sources: list[str] = []
+    seen: set[Node] = set()
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current in bound:
+            todo.append(bound[current])
+        elif current.op == "placeholder":
+            name = current.meta.get(CONSTANT_NAME) or input_target(program, current)
+            if name and name not in sources:
+                sources.append(name)
+        else:
+            todo.extend(current.all_input_nodes)
+    op = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+    return f"{' + '.join(sorted(sources)) or 'constants'} ({op})"

@@ -9,6 +9,7 @@ constant tensor. A 0-d tensor promotes like the wrapped number it replaces
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -35,7 +36,7 @@ class ScalarsToTensors(Pass):
 
     def run(self, program: ExportedProgram) -> PassResult:
         root = program.graph_module
-        threader = ConstantThreader(root, lambda name, value: add_constant(program, name, value))
+        threader = ConstantThreader(root, functools.partial(add_constant, program))
         changed = False
         for module in list(graph_modules(root)):
             if _convert(module, threader):
@@ -62,7 +63,8 @@ def _convert(module: GraphModule, threader: ConstantThreader) -> bool:
                 tensor = torch.tensor(value)
                 # One constant per distinct number and dtype, in each graph.
                 key = f"scalar:{value!r}:{tensor.dtype}"
-                args[position] = threader.node_in(module, key, f"_scalar_{node.name}", tensor)
+                args[position] = threader.node_in(module, key, f"_scalar_{node.name}", tensor,
+                                                  described=f"the number {value!r}")
                 changed = True
         node.args = tuple(args)
     return changed

@@ -11,6 +11,7 @@ import hashlib
 
 import torch
 
+from exirc import constant_names
 from exirc import program as P
 from exirc.serialize.header import CONSTANT_ALIGNMENT
 
@@ -25,8 +26,10 @@ class ConstantTable:
         # Buffer 0 is reserved: data_buffer_idx 0 means "no constant data".
         self.buffers: list[bytes] = [b""]
         self._index: dict[tuple[str, bytes], int] = {}
+        # Buffer index -> the names of the tensors stored there, for reports.
+        self.names: dict[int, list[str]] = {}
 
-    def add(self, tensor: torch.Tensor) -> int:
+    def add(self, tensor: torch.Tensor, name: str | None = None) -> int:
         data = tensor_bytes(tensor)
         key = (str(tensor.dtype), hashlib.sha256(data).digest())
         index = self._index.get(key)
@@ -34,6 +37,8 @@ class ConstantTable:
             index = len(self.buffers)
             self.buffers.append(data)
             self._index[key] = index
+        if name and name not in self.names.setdefault(index, []):
+            self.names[index].append(name)
         return index
 
     def attach(self, program: P.Program) -> None:
@@ -47,3 +52,6 @@ class ConstantTable:
         segment, offsets = P.pack_subsegments(self.buffers, CONSTANT_ALIGNMENT)
         program.constant_segment = P.SubsegmentOffsets(len(program.segments), offsets)
         program.segments.append(P.DataSegment(segment))
+        if self.names:
+            program.add_named_segment(constant_names.NAMED_DATA_KEY,
+                                      constant_names.encode(self.names))

@@ -18,6 +18,7 @@ from torch.fx import GraphModule, Node
 
 from exirc import program as P
 from exirc.control_flow import output_values, placeholders
+from exirc.edge.constants import CONSTANT_NAME
 from exirc.emit.constants import ConstantTable
 from exirc.emit.control_flow import emit_control_flow
 from exirc.emit.frames import program_frames
@@ -157,8 +158,9 @@ class MethodEmitter:
         if spec is not None and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
                                               InputKind.CONSTANT_TENSOR):
             tensor = self._constant(spec.target)
+            name = node.meta.get(CONSTANT_NAME, spec.target)
             self.table.of_node[node] = self.table.tensor(
-                fake, data_buffer_idx=self.constants.add(tensor))
+                fake, data_buffer_idx=self.constants.add(tensor, name))
             return
         if not isinstance(fake, torch.Tensor):
             raise UnsupportedOperatorError(

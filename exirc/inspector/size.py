@@ -16,10 +16,12 @@ spans are swept in file order and every byte goes to exactly one row, so
 the rows sum to the file size by construction, even in a malformed file
 whose spans overlap.
 
-Constants are named by pluggable `NameSource`s, tried in order. The default
-reads `extra_tensor_info.fully_qualified_name`, which ExecuTorch writes for
-some tensors and our compiler does not (yet); without a name a constant is
-shown by its value index and the first operator using it. Identical
+Constants are named by pluggable `NameSource`s, tried in order. First come
+the names exirc's compiler stores beside the program (`exirc.constant_names`:
+parameter names, and what folded constants were computed from), then
+`extra_tensor_info.fully_qualified_name`, which ExecuTorch writes for some
+tensors; without a name a constant is shown by its value index and the
+first operator using it. Identical
 constant bytes stored at more than one `data_buffer_idx` are reported as
 duplicates, with the bytes deduplication would save.
 """
@@ -32,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from exirc import constant_names
 from exirc import program as P
 from exirc.inspector.describe import segment_roles
 from exirc.inspector.listing import value_type
@@ -124,6 +127,17 @@ def fully_qualified_name(use: ConstantUse) -> str | None:
 DEFAULT_NAME_SOURCES: tuple[NameSource, ...] = (fully_qualified_name,)
 
 
+def stored_names(program: P.Program) -> NameSource:
+    """Names from the compiler's `exirc.constant_names` segment, if the file has one."""
+    data = program.named_segment(constant_names.NAMED_DATA_KEY)
+    names = constant_names.decode(data) if data is not None else {}
+
+    def name(use: ConstantUse) -> str | None:
+        listed = names.get(use.tensor.data_buffer_idx) if use.tensor.data_buffer_idx else None
+        return " = ".join(listed) if listed else None
+    return name
+
+
 def constant_name(use: ConstantUse, sources: Sequence[NameSource]) -> str | None:
     for source in sources:
         name = source(use)
@@ -172,7 +186,7 @@ def size_report(data: bytes | memoryview, program_file: ProgramFile | None = Non
     view = memoryview(data)
     pf = program_file if program_file is not None else read_program_file(view)
     ledger = _Ledger()
-    stored = _StoredBuffers(pf.program, name_sources)
+    stored = _StoredBuffers(pf.program, (stored_names(pf.program), *name_sources))
     regions: list[tuple[int, int, Fill]] = []
 
     prefix = ledger.declare(("prefix",), "header", "root offset and file identifier",

@@ -204,3 +204,36 @@ def test_cli_size_json(capsys: pytest.CaptureFixture[str], twin_pte: Path) -> No
     assert size["duplicate_bytes"] == 24
     code, out, _ = run(capsys, "inspect", str(twin_pte), "--json")
     assert "rows" not in json.loads(out)["size"]  # only when asked for
+
+
+def test_compiled_constants_are_named_by_parameter() -> None:
+    import torch
+
+    from exirc.compiler import compile_module
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = torch.nn.Linear(4, 8)
+            self.fc2 = torch.nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(torch.relu(self.fc1(x))) * 0.5
+
+    result = compile_module(Net().eval(), (torch.randn(3, 4),))
+    items = " | ".join(rows_by_item(size_report(result.data)))
+    # Biases as they are; weights transposed at compile time, named by what
+    # they were folded from; the scalar by its value.
+    for name in ("fc1.bias f32[8]", "fc2.bias f32[2]", "fc1.weight (permute_copy) f32[4, 8]",
+                 "fc2.weight (permute_copy) f32[8, 2]", "the number 0.5 f32[]"):
+        assert name in items, items
+
+
+def test_a_malformed_names_segment_is_a_format_error() -> None:
+    from exirc import constant_names
+    from exirc.errors import FormatError
+
+    program = twin_weights_program()
+    program.add_named_segment(constant_names.NAMED_DATA_KEY, b'{"format_version": 1}')
+    with pytest.raises(FormatError, match="constant names"):
+        size_report(serialize(program))
