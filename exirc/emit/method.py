@@ -26,6 +26,7 @@ from exirc.emit.values import ValueTable
 from exirc.errors import InternalError, UnsupportedOperatorError
 from exirc.plan.alloc import is_alloc
 from exirc.plan.control_flow import is_out_form
+from exirc.plan.views import alias_view
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -200,7 +201,18 @@ class MethodEmitter:
         if is_out_form(node):
             emit_control_flow(self, node)
             return
+        if target is alias_view:
+            self.alias(node)
+            return
         self.kernel_call(node)
+
+    def alias(self, node: Node) -> None:
+        """A view with no instruction: a tensor value over its input's memory."""
+        base = self.table.values[self.table.argument(node.args[0], "Tensor")]
+        if not isinstance(base, P.Tensor) or base.allocation_info is None:
+            raise InternalError(f"view {node.name} aliases a tensor without planned memory")
+        self.table.of_node[node] = self.table.tensor(node.meta["val"],
+                                                     allocation=base.allocation_info)
 
     def kernel_call(self, node: Node) -> None:
         schema = schema_of(node.target)

@@ -26,6 +26,7 @@ from torch.fx import GraphModule, Node
 
 from exirc.control_flow import COND, MAP, WHILE_LOOP, output_values, placeholders, subgraphs
 from exirc.errors import UnsupportedOperatorError
+from exirc.plan.views import view_base
 from exirc.source import source_location
 
 Tensors = Sequence[torch.Tensor]
@@ -110,14 +111,16 @@ def copy_passthrough_results(body: GraphModule) -> None:
     """Make every result of a loop body a tensor of its own.
 
     The loop copies result k into state k while state j is still to be read
-    for result j; a body returning a state (or one value twice) would read a
-    state already overwritten, so such results become clones first.
+    for result j; a body returning a state, a view of one (see
+    `exirc.plan.views`), or one value twice would read a state already
+    overwritten, so such results become clones first.
     """
     output = body.graph.output_node()
     seen: set[Node] = set()
     results = output_values(body)
     for i, result in enumerate(results):
-        if isinstance(result, Node) and (result.op == "placeholder" or result in seen):
+        if isinstance(result, Node) and (view_base(result).op == "placeholder" or
+                                         result in seen):
             with body.graph.inserting_before(output):
                 clone = body.graph.call_function(torch.ops.aten.clone.default, (result,))
             clone.meta.update(val=result.meta["val"], stack_trace=result.meta.get("stack_trace"))

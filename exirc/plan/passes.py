@@ -11,6 +11,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from exirc.passes.contract import Pass, PassResult
 from exirc.plan.lifetimes import tensor_lifetimes
 from exirc.plan.memory import check_plan, plan_memory
+from exirc.plan.views import alias_view
 
 # Memory id 0 is reserved (as in ExecuTorch's files); the planned arena is id 1.
 ARENA_ID = 1
@@ -38,7 +39,7 @@ class MemoryPlanPass(Pass):
             for spec in program.graph_signature.input_specs
             if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument)
         }
-        lifetimes = tensor_lifetimes(graph_module.graph, user_inputs)
+        lifetimes = tensor_lifetimes(graph_module.graph, user_inputs, view_ops={alias_view})
         plan = plan_memory(lifetimes, alignment=self.alignment, algorithm=self.algorithm)
         check_plan(lifetimes, plan)
         for lt in lifetimes:

@@ -201,6 +201,23 @@ def test_loop_body_returning_its_state_gets_copies() -> None:
     assert [t.tolist() for t in body(a, b)] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
 
 
+def test_loop_body_returning_a_view_of_its_state_gets_a_copy() -> None:
+    from exirc.plan.control_flow import copy_passthrough_results
+    from exirc.plan.views import alias_view
+
+    graph = torch.fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    view = graph.call_function(alias_view, (a, [2]))
+    graph.output((b, view))
+    body = torch.fx.GraphModule(torch.nn.Module(), graph)
+    for node in body.graph.nodes:
+        node.meta["val"] = torch.empty(2)
+    copy_passthrough_results(body)
+    results = body.graph.output_node().args[0]
+    assert [r.target for r in results] == [torch.ops.aten.clone.default] * 2
+    assert results[1].args[0] is view
+
+
 def test_listing_shows_branches_and_loops(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "model.pte"

@@ -24,7 +24,7 @@ PORTABLE_PASSES = {
     "edge": ["to_edge", "remove_assertions", "views_to_copies", "scalars_to_tensors",
              "remove_noop_copies", "constant_fold", "dead_code_elimination"],
     "backend": ["sym_prims"],
-    "plan": ["to_out_variants", "memory_plan"],
+    "plan": ["alias_views", "to_out_variants", "memory_plan"],
 }
 
 
