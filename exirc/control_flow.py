@@ -166,6 +166,7 @@ def add_operand(owner: GraphModule, node: Node, value: Node) -> list[Node]:
                                  if k in ("val", "tensor_meta")})
         module.recompile()
         added.append(placeholder)
+    owner.recompile()  # its code passes the new operand
     return added
 
 

@@ -14,13 +14,12 @@ the file may be hostile. This module does not import torch.
 from __future__ import annotations
 
 import ast
-import json
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exirc.errors import FormatError
+from exirc import json_segment
 
 NAMED_DATA_KEY = "exirc.symbolic_shapes"
 FORMAT_VERSION = 1
@@ -61,38 +60,29 @@ class MethodShapes:
 
 
 def encode(methods: Mapping[str, MethodShapes]) -> bytes:
-    document = {
-        "format_version": FORMAT_VERSION,
-        "methods": {
-            name: {
-                "symbols": {s: [r.lower, r.upper] for s, r in shapes.symbols.items()},
-                "values": {str(i): dims for i, dims in shapes.values.items()},
-            }
-            for name, shapes in methods.items()
-        },
-    }
-    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+    return json_segment.dump({"methods": {
+        name: {
+            "symbols": {s: [r.lower, r.upper] for s, r in shapes.symbols.items()},
+            "values": {str(i): dims for i, dims in shapes.values.items()},
+        }
+        for name, shapes in methods.items()
+    }}, FORMAT_VERSION)
 
 
 def decode(data: bytes | memoryview) -> dict[str, MethodShapes]:
     """Parse the segment; a malformed one is a FormatError, never a crash."""
-    where = f"named_data[{NAMED_DATA_KEY!r}]"
-    if len(data) > _MAX_BYTES:
-        raise FormatError(f"symbolic shapes take {len(data)} bytes, more than {_MAX_BYTES}",
-                          field=where)
-    try:
-        document = json.loads(bytes(data))
-        if document.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"format_version {document.get('format_version')!r}")
-        methods = {}
-        for name, method in document["methods"].items():
-            symbols = {str(s): SymbolRange(_int(lo), None if hi is None else _int(hi))
-                       for s, (lo, hi) in method["symbols"].items()}
-            values = {int(i): [_dim(d) for d in dims] for i, dims in method["values"].items()}
-            methods[str(name)] = MethodShapes(symbols, values)
-        return methods
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise FormatError(f"unreadable symbolic shapes: {error}", field=where) from None
+    return json_segment.parse(data, key=NAMED_DATA_KEY, what="symbolic shapes",
+                              version=FORMAT_VERSION, max_bytes=_MAX_BYTES, read=_methods)
+
+
+def _methods(document: dict[str, Any]) -> dict[str, MethodShapes]:
+    methods = {}
+    for name, method in document["methods"].items():
+        symbols = {str(s): SymbolRange(_int(lo), None if hi is None else _int(hi))
+                   for s, (lo, hi) in method["symbols"].items()}
+        values = {int(i): [_dim(d) for d in dims] for i, dims in method["values"].items()}
+        methods[str(name)] = MethodShapes(symbols, values)
+    return methods
 
 
 def _int(value: Any) -> int:

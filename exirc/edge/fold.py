@@ -89,8 +89,6 @@ class ConstantFold(Pass):
         for module in changed.values():
             module.graph.eliminate_dead_code()
             module.recompile()
-        if changed:
-            root.recompile()
         return PassResult(program, bool(changed))
 
     def _evaluate_graph(self, module: GraphModule, values: dict[Node, torch.Tensor],

@@ -42,8 +42,6 @@ class ScalarsToTensors(Pass):
             if _convert(module, threader):
                 module.recompile()
                 changed = True
-        if changed:
-            root.recompile()  # control-flow ops may have gained operands
         return PassResult(program, changed)
 
 

@@ -256,40 +256,36 @@ class Method:
                              f"{'' if len(specs) == 1 else 's'}, got {len(inputs)}",
                              hint=f"the method's inputs: {self.signature()}")
         checked = [_checked(spec, value) for spec, value in zip(specs, inputs)]
-        if self.shapes is not None and self.shapes.symbols:
+        if self.shapes is not None:
             self._check_symbols(checked)
         return checked
 
     def _check_symbols(self, inputs: list[Any]) -> None:
-        """Each symbol within its range, each dim equal to its expression."""
+        """Each symbol within its range, each dim equal to its expression, and
+        every symbolic dim within its planned bound (which `_checked` left
+        to this check, so its message can name the symbol)."""
         assert self.shapes is not None
-        dims = {spec.value: self.shapes.values.get(spec.value) for spec in self.inputs}
+        symbolic = [(spec, value, spec.symbol_dims) for spec, value in zip(self.inputs, inputs)
+                    if spec.symbol_dims is not None]
         bound: dict[str, int] = {}
-        for spec, value in zip(self.inputs, inputs):
-            symbolic = dims[spec.value]
-            if symbolic is not None:
-                bind_symbols(symbolic, tuple(value.shape), bound)
+        for _, value, dims in symbolic:
+            bind_symbols(list(dims), tuple(value.shape), bound)
         for symbol, size in bound.items():
             limits = self.shapes.symbols.get(symbol)
-            if limits is None:
-                continue
-            if size < limits.lower or (limits.upper is not None and size > limits.upper):
-                users = [f"{spec.name} dim {d}" for spec in self.inputs
-                         for d, dim in enumerate(dims[spec.value] or []) if dim == symbol]
+            if limits is not None and (size < limits.lower or
+                                       (limits.upper is not None and size > limits.upper)):
+                users = [f"{spec.name} dim {d}" for spec, _, dims in symbolic
+                         for d, dim in enumerate(dims) if dim == symbol]
                 raise InputError(
                     f"{' and '.join(users)} is {size}, but {symbol} must be in "
                     f"{limits.lower}..{limits.upper if limits.upper is not None else 'inf'} "
                     f"(method {self.name!r}: {self.signature()})",
                     hint="the program was compiled for that range; recompile with a wider "
                          "torch.export.Dim(min=..., max=...) to accept this size")
-        for spec, value in zip(self.inputs, inputs):
-            for d, dim in enumerate(dims[spec.value] or []):
-                if isinstance(dim, int) or dim.isidentifier():
-                    continue
-                expected = evaluate(dim, bound)
-                if expected is None and value.shape[d] > spec.shape[d]:
-                    raise InputError(f"{spec.name} has shape {list(value.shape)}, but dim {d} "
-                                     f"may be at most {spec.shape[d]} ({spec.describe()})")
+        for spec, value, dims in symbolic:
+            for d, dim in enumerate(dims):
+                expected = None if isinstance(dim, int) or dim.isidentifier() \
+                    else evaluate(dim, bound)
                 if expected is not None and expected != value.shape[d]:
                     names = ", ".join(f"{s}={v}" for s, v in sorted(bound.items()))
                     raise InputError(
@@ -297,6 +293,9 @@ class Method:
                         f"{expected} ({names}; method {self.name!r}: {self.signature()})",
                         hint="inputs sharing a symbol must have related sizes, as when "
                              "the program was exported")
+                if value.shape[d] > spec.shape[d]:  # the planned memory, whatever the file says
+                    raise InputError(f"{spec.name} has shape {list(value.shape)}, but dim {d} "
+                                     f"may be at most {spec.shape[d]} ({spec.describe()})")
 
     def _feed(self, inputs: list[Any]) -> None:
         env = self._env

@@ -38,6 +38,7 @@ from tests.compile.test_cli_compile import write
 from tests.diagnostics.test_verify import NET
 from tests.oracle import requires_executorch, run_with_executorch
 from tests.passes.test_pipeline import PLUGIN, portable_with
+from tests.plugin_modules import plugin_module
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -187,13 +188,7 @@ def test_looser_stored_tolerances_are_used(capsys: pytest.CaptureFixture[str],
 
 @pytest.fixture()
 def swap_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    import sys
-
-    name = f"exirc_bundle_plugin_{abs(hash(str(tmp_path)))}"
-    (tmp_path / f"{name}.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield name
-    sys.modules.pop(name, None)
+    yield from plugin_module(tmp_path, monkeypatch, PLUGIN, "exirc_bundle_plugin")
 
 
 def test_bundling_without_verify_stores_eager_outputs_that_check_then_catches(

@@ -31,6 +31,7 @@ from exirc.runtime.kernels import KERNELS, KernelRegistry
 from exirc.serialize import serialize
 from tests.compile.test_cli_compile import write
 from tests.passes.test_pipeline import PLUGIN, portable_with
+from tests.plugin_modules import plugin_module
 from tests.programs import add_constant_program
 
 NET = """\
@@ -322,13 +323,7 @@ def test_a_loop_that_a_wrong_kernel_makes_endless_is_still_localized() -> None:
 
 @pytest.fixture()
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    import sys
-
-    name = f"exirc_verify_plugin_{abs(hash(str(tmp_path)))}"
-    (tmp_path / f"{name}.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield name
-    sys.modules.pop(name, None)
+    yield from plugin_module(tmp_path, monkeypatch, PLUGIN, "exirc_verify_plugin")
 
 
 def test_a_pass_that_changes_the_result_fails_the_compile_with_exit_5(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import io
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -24,6 +23,7 @@ from exirc.cli.app import main
 from exirc.compiler import CompileOptions, compile_module
 from exirc.passes.runner import Instrumentation, PassRecord
 from tests.passes.test_pipeline import compile_with, portable_with
+from tests.plugin_modules import plugin_module
 
 
 def tiny_mlp() -> torch.nn.Module:
@@ -330,11 +330,7 @@ def claims_a_change(program):
 
 @pytest.fixture
 def misreporting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    name = f"exirc_test_misreporting_{abs(hash(str(tmp_path)))}"
-    (tmp_path / f"{name}.py").write_text(MISREPORTING)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield name
-    sys.modules.pop(name, None)
+    yield from plugin_module(tmp_path, monkeypatch, MISREPORTING, "exirc_test_misreporting")
 
 
 def test_a_pass_that_misreports_changed_gets_a_warning(

@@ -18,6 +18,7 @@ from exirc.passes.contract import FunctionPass, Pass, pass_label
 from exirc.passes.pipeline import BUILTIN_PASSES, STAGES, load_pipeline, parse_pipeline
 from exirc.serialize import deserialize
 from tests.oracle import requires_executorch, run_with_executorch
+from tests.plugin_modules import plugin_module
 
 PORTABLE_PASSES = {
     "aten": [],
@@ -230,11 +231,7 @@ def raising(program):
 @pytest.fixture
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A plugin module on sys.path, under a name unique to the test."""
-    name = f"exirc_test_plugin_{abs(hash(str(tmp_path)))}"
-    (tmp_path / f"{name}.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield name
-    sys.modules.pop(name, None)
+    yield from plugin_module(tmp_path, monkeypatch, PLUGIN, "exirc_test_plugin")
 
 
 def compile_with(capsys: pytest.CaptureFixture[str], tmp_path: Path, pipeline: str,

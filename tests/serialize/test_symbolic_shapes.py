@@ -87,3 +87,23 @@ def test_a_program_with_a_hostile_segment_is_refused_at_load() -> None:
     program.add_named_segment(NAMED_DATA_KEY, b'{"format_version": 1, "methods": 7}')
     with pytest.raises(FormatError):
         load(serialize(program))
+
+
+def test_a_segment_without_ranges_still_bounds_inputs_by_their_planned_size() -> None:
+    # A crafted segment naming a dim `s0` but giving no range for it must not
+    # let an input outgrow its planned memory.
+    import numpy
+
+    from exirc.errors import InputError
+    from exirc.runtime import load
+
+    program = add_program()
+    plan = program.execution_plan[0]
+    x = plan.values[plan.inputs[0]]
+    assert isinstance(x, P.Tensor)
+    x.shape_dynamism = P.TensorShapeDynamism.DYNAMIC_BOUND
+    program.add_named_segment(NAMED_DATA_KEY, encode(
+        {"forward": MethodShapes({}, {plan.inputs[0]: ["s0", 3]})}))
+    method = load(serialize(program)).method("forward")
+    with pytest.raises(InputError, match="dim 0 may be at most 2"):
+        method.run([numpy.zeros((9, 3), numpy.float32)])
