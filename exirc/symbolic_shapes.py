@@ -130,6 +130,14 @@ def _parse(expression: str) -> ast.expr:
 
 def evaluate(expression: str, symbols: Mapping[str, int]) -> int | None:
     """The value of `expression` given `symbols`; None if a symbol is unknown."""
+    try:
+        return _value(_parse(expression), symbols)
+    except ValueError:
+        return None
+
+
+def _value(tree: ast.expr, symbols: Mapping[str, int]) -> int | None:
+    """The value of a tree `_parse` accepted; None if a symbol is unknown."""
     def value(node: ast.expr) -> int | None:
         if isinstance(node, ast.Constant):
             return node.value if type(node.value) is int else None
@@ -152,8 +160,8 @@ def evaluate(expression: str, symbols: Mapping[str, int]) -> int | None:
         return int(_CALLS[node.func.id](*args))
 
     try:
-        return value(_parse(expression))
-    except (ValueError, TypeError, ZeroDivisionError):
+        return value(tree)
+    except (ValueError, TypeError, ZeroDivisionError, OverflowError):
         return None
 
 
@@ -172,3 +180,162 @@ def bind_symbols(dims: list[Dim], actual: tuple[int, ...], bound: dict[str, int]
     for dim, size in zip(dims, actual):
         if isinstance(dim, str) and dim.isidentifier() and dim not in bound:
             bound[dim] = size
+
+
+# -- checking actual sizes against the dims ---------------------------------------
+
+_MAX_SCAN = 1 << 12  # a range searched value by value when bisection fails
+
+
+def free_symbols(expression: str) -> list[str]:
+    """The symbols of `expression`, in order of first appearance (`Max` is no symbol)."""
+    try:
+        tree = _parse(expression)
+    except ValueError:
+        return []
+    functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and id(node) not in functions and node.id not in names:
+            names.append(node.id)
+    return names
+
+
+@dataclass(frozen=True)
+class InputDims:
+    """One input's dims (`["s0", 8]`) and the shape it was given."""
+
+    name: str  # `input_0`
+    dims: tuple[Dim, ...]
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A symbol's value at run time, and the dim it was read from."""
+
+    value: int
+    source: str  # `input_0 dim 0`
+    expression: str  # the dim's expression there: `s0`, or `2*s0` when solved for
+
+
+@dataclass(frozen=True)
+class DimProblem:
+    """An actual size that breaks a dim's constraint; `message` names the input and dim."""
+
+    message: str
+    kind: str  # "range" (a symbol outside its range), "static" or "relation"
+
+
+def check_dims(symbols: Mapping[str, SymbolRange],
+               inputs: list[InputDims]) -> tuple[dict[str, Binding], list[DimProblem]]:
+    """Check every dim of `inputs` against the method's symbols: static dims equal,
+    each symbol within its range and one value wherever it appears, each derived
+    dim (`2*s0`, `s0 + 1`) equal to its expression.
+
+    A symbol takes its value from the first dim that is the symbol alone, else
+    it is solved for from the first dim that is an expression of it and of
+    symbols already known. Returns the bindings and every problem, in input order.
+    """
+    sites = [(f"{entry.name} dim {d}", dim, size)
+             for entry in inputs for d, (dim, size) in enumerate(zip(entry.dims, entry.shape))]
+    bound: dict[str, Binding] = {}
+    for where, dim, size in sites:
+        if isinstance(dim, str) and dim.isidentifier() and dim not in bound:
+            bound[dim] = Binding(size, where, dim)
+    unsolvable: dict[str, str] = {}  # where -> why its expression has no solution
+    progress = True
+    while progress:
+        progress = False
+        for where, dim, size in sites:
+            if not isinstance(dim, str) or where in unsolvable:
+                continue
+            unknown = [s for s in free_symbols(dim) if s not in bound]
+            if len(unknown) != 1:
+                continue
+            symbol = unknown[0]
+            limits = symbols.get(symbol, SymbolRange(0, None))
+            value = _solve(dim, symbol, size, {s: b.value for s, b in bound.items()}, limits)
+            if value is None:
+                unsolvable[where] = f"{symbol} in {limits.describe()}"
+                continue
+            bound[symbol] = Binding(value, where, dim)
+            progress = True
+
+    problems: list[DimProblem] = []
+    values = {s: b.value for s, b in bound.items()}
+    for where, dim, size in sites:
+        if isinstance(dim, int):
+            if size != dim:
+                problems.append(DimProblem(f"{where} is {size}, but must be {dim}", "static"))
+            continue
+        for symbol in free_symbols(dim):
+            binding, allowed = bound.get(symbol), symbols.get(symbol)
+            if binding is None or allowed is None or binding.source != where or \
+                    _within(binding.value, allowed):
+                continue  # a symbol's range is checked where it was bound
+            solved = "" if binding.expression == symbol else \
+                f" = {binding.expression}, so {symbol} = {binding.value}"
+            problems.append(DimProblem(
+                f"{where} is {size}{solved}, but {symbol} must be in {allowed.describe()}",
+                "range"))
+        if where in unsolvable:
+            problems.append(DimProblem(f"{where} is {size}, but must be {dim} for some "
+                                       f"{unsolvable[where]}", "relation"))
+            continue
+        expected = evaluate(dim, values)
+        if expected is None or expected == size:
+            continue
+        why = "; ".join(_bound_by(s, bound[s]) for s in free_symbols(dim) if s in bound)
+        if dim.isidentifier():  # `s0 = 3 (bound by input_0 dim 0)`
+            why = why.removeprefix(f"{dim} = {bound[dim].value}, ")
+        problems.append(DimProblem(f"{where} is {size}, but must be {dim} = {expected} ({why})",
+                                   "relation"))
+    return bound, problems
+
+
+def _bound_by(symbol: str, binding: Binding) -> str:
+    """`s0 = 3, bound by input_0 dim 0` (`... dim 0 = 2*s0` when solved for)."""
+    solved = f" = {binding.expression}" if binding.expression != symbol else ""
+    return f"{symbol} = {binding.value}, bound by {binding.source}{solved}"
+
+
+def _within(value: int, limits: SymbolRange) -> bool:
+    return value >= limits.lower and (limits.upper is None or value <= limits.upper)
+
+
+def _solve(expression: str, symbol: str, size: int, known: Mapping[str, int],
+           limits: SymbolRange) -> int | None:
+    """The smallest value of `symbol` in `limits` for which `expression` is `size`.
+
+    By bisection, as size expressions never shrink when their symbols grow;
+    failing that (an expression that does), a small range value by value.
+    """
+    tree = _parse(expression)
+    values = dict(known)
+
+    def at(value: int) -> int | None:
+        values[symbol] = value
+        return _value(tree, values)
+
+    lower = limits.lower
+    upper = limits.upper
+    if upper is None:  # unbounded: find a value at which the expression reaches `size`
+        upper = max(lower, 1)
+        while (reached := at(upper)) is not None and reached < size and upper < 1 << 62:
+            upper *= 2
+    low, high = lower, upper
+    while low < high:
+        middle = (low + high) // 2
+        reached = at(middle)
+        if reached is None:
+            break
+        if reached < size:
+            low = middle + 1
+        else:
+            high = middle
+    if low <= upper and at(low) == size:
+        return low
+    if upper - lower <= _MAX_SCAN:
+        return next((v for v in range(lower, upper + 1) if at(v) == size), None)
+    return None

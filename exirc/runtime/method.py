@@ -41,7 +41,7 @@ from exirc.errors import ExircError, FormatError, InputError, UnsupportedOperato
 from exirc.runtime import delegates, memory
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.kernels import Kernel, Values, bind, copy_into, operator_key
-from exirc.symbolic_shapes import MethodShapes, bind_symbols, evaluate
+from exirc.symbolic_shapes import InputDims, MethodShapes, check_dims
 
 if TYPE_CHECKING:
     from exirc.runtime.profile import Profile
@@ -56,6 +56,15 @@ DEFAULT_MAX_STEPS = 1_000_000
 and at most seconds of a loop that never ends."""
 
 _SCALARS = (P.Int, P.Double, P.Bool)
+_MAX_PROBLEMS = 4  # input problems named in one message
+_DIM_HINTS = {
+    "range": "the program was compiled for that range; recompile with a wider "
+             "torch.export.Dim(min=..., max=...) to accept this size",
+    "static": "that dim was static when the program was exported; give it a "
+              "torch.export.Dim in dynamic_shapes and recompile to vary it",
+    "relation": "inputs sharing a symbol must have related sizes, as when the program "
+                "was exported",
+}
 
 
 @dataclass(frozen=True)
@@ -261,39 +270,26 @@ class Method:
         return checked
 
     def _check_symbols(self, inputs: list[Any]) -> None:
-        """Each symbol within its range, each dim equal to its expression, and
-        every symbolic dim within its planned bound (which `_checked` left
-        to this check, so its message can name the symbol)."""
+        """Every relation between input dims the program relies on, before it runs:
+        each symbol within its range and the same wherever it appears, each derived
+        dim equal to its expression, each static dim exact, and every symbolic dim
+        within its planned bound (which `_checked` left to this check, so its
+        message can name the symbol). All problems are reported together."""
         assert self.shapes is not None
-        symbolic = [(spec, value, spec.symbol_dims) for spec, value in zip(self.inputs, inputs)
+        symbolic = [(spec, value) for spec, value in zip(self.inputs, inputs)
                     if spec.symbol_dims is not None]
-        bound: dict[str, int] = {}
-        for _, value, dims in symbolic:
-            bind_symbols(list(dims), tuple(value.shape), bound)
-        for symbol, size in bound.items():
-            limits = self.shapes.symbols.get(symbol)
-            if limits is not None and (size < limits.lower or
-                                       (limits.upper is not None and size > limits.upper)):
-                users = [f"{spec.name} dim {d}" for spec, _, dims in symbolic
-                         for d, dim in enumerate(dims) if dim == symbol]
-                raise InputError(
-                    f"{' and '.join(users)} is {size}, but {symbol} must be in "
-                    f"{limits.lower}..{limits.upper if limits.upper is not None else 'inf'} "
-                    f"(method {self.name!r}: {self.signature()})",
-                    hint="the program was compiled for that range; recompile with a wider "
-                         "torch.export.Dim(min=..., max=...) to accept this size")
-        for spec, value, dims in symbolic:
-            for d, dim in enumerate(dims):
-                expected = None if isinstance(dim, int) or dim.isidentifier() \
-                    else evaluate(dim, bound)
-                if expected is not None and expected != value.shape[d]:
-                    names = ", ".join(f"{s}={v}" for s, v in sorted(bound.items()))
-                    raise InputError(
-                        f"{spec.name} dim {d} is {value.shape[d]}, but must be {dim} = "
-                        f"{expected} ({names}; method {self.name!r}: {self.signature()})",
-                        hint="inputs sharing a symbol must have related sizes, as when "
-                             "the program was exported")
-                if value.shape[d] > spec.shape[d]:  # the planned memory, whatever the file says
+        _, problems = check_dims(self.shapes.symbols, [
+            InputDims(spec.name, spec.symbol_dims, tuple(value.shape))
+            for spec, value in symbolic if spec.symbol_dims is not None])
+        if problems:
+            shown = [p.message for p in problems[:_MAX_PROBLEMS]]
+            if len(problems) > _MAX_PROBLEMS:
+                shown.append(f"and {len(problems) - _MAX_PROBLEMS} more")
+            raise InputError(f"{'; '.join(shown)} (method {self.name!r}: {self.signature()})",
+                             hint=_DIM_HINTS[problems[0].kind])
+        for spec, value in symbolic:
+            for d, size in enumerate(value.shape):
+                if size > spec.shape[d]:  # the planned memory, whatever the file says
                     raise InputError(f"{spec.name} has shape {list(value.shape)}, but dim {d} "
                                      f"may be at most {spec.shape[d]} ({spec.describe()})")
 
@@ -433,8 +429,7 @@ def _checked(spec: InputSpec, value: Any) -> Any:
                          f"rank {len(spec.shape)} ({spec.describe()})")
     if spec.dynamic:
         for dim, (size, bound) in enumerate(zip(shape, spec.shape)):
-            symbolic = spec.symbol_dims[dim] if spec.symbol_dims is not None else None
-            if isinstance(symbolic, str):
+            if spec.symbol_dims is not None:
                 continue  # checked with the symbols, whose message names them
             if size > bound:
                 raise InputError(f"{spec.name} has shape {list(shape)}, but dim {dim} may be at "
