@@ -86,6 +86,9 @@ class BundledCase:
     method: str
     inputs: tuple[BundledValue, ...]
     outputs: tuple[BundledValue | None, ...]  # one per program output; None: not checked
+    # For a method with program state: 0 runs from the initial state, k > 0
+    # right after call k - 1 (the case before it).
+    call: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,8 @@ def encode(bundle: Bundle) -> bytes:
         return {"float": repr(float(item))}
 
     cases = [{"method": case.method, "inputs": [value(v) for v in case.inputs],
-              "outputs": [value(v) for v in case.outputs]} for case in bundle.cases]
+              "outputs": [value(v) for v in case.outputs],
+              **({"call": case.call} if case.call else {})} for case in bundle.cases]
     header = json.dumps({"rtol": bundle.rtol, "atol": bundle.atol, "cases": cases},
                         separators=(",", ":")).encode()
     start = _align(_PREFIX.size + len(header))
@@ -239,11 +243,15 @@ def _case(entry: Any, blob: memoryview, field: str) -> BundledCase:
             len(inputs) + len(outputs) > MAX_VALUES:
         raise _Malformed(field, f"inputs and outputs must be lists of at most {MAX_VALUES} "
                                 "values together")
+    call = entry.get("call", 0)
+    if isinstance(call, bool) or not isinstance(call, int) or not 0 <= call <= MAX_CASES:
+        raise _Malformed(f"{field}.call", f"{call!r:.40} is not a call number")
     return BundledCase(
         method,
         tuple(_value(v, blob, f"{field}.inputs[{i}]") for i, v in enumerate(inputs)),
         tuple(None if v is None else _value(v, blob, f"{field}.outputs[{i}]")
-              for i, v in enumerate(outputs)))
+              for i, v in enumerate(outputs)),
+        call)
 
 
 def _value(entry: Any, blob: memoryview, field: str) -> BundledValue:
@@ -321,12 +329,13 @@ def to_torch(value: BundledValue) -> Any:
     return raw.view(dtype).reshape(value.shape)
 
 
-def make_bundle(cases: Sequence[tuple[str, Sequence[Any], Sequence[Any | None]]],
+def make_bundle(cases: Sequence[tuple[str, Sequence[Any], Sequence[Any | None], int]],
                 rtol: float, atol: float) -> Bundle:
-    """A bundle of (method, inputs, expected outputs) cases of tensors and numbers."""
+    """A bundle of (method, inputs, expected outputs, call) cases of tensors and numbers."""
     return Bundle(tuple(BundledCase(method, tuple(from_torch(v) for v in inputs),
-                                    tuple(None if v is None else from_torch(v) for v in outputs))
-                        for method, inputs, outputs in cases), rtol, atol)
+                                    tuple(None if v is None else from_torch(v) for v in outputs),
+                                    call)
+                        for method, inputs, outputs, call in cases), rtol, atol)
 
 
 # ---------------------------------------------------------------------------
@@ -340,6 +349,7 @@ class CheckedCase:
     number: int
     differences: list[tuple[int, Difference]]  # (output, comparison) of the checked outputs
     problem: str = ""
+    call: int = 0  # of consecutive calls on a method with state
 
     @property
     def ok(self) -> bool:
@@ -347,7 +357,8 @@ class CheckedCase:
 
     @property
     def label(self) -> str:
-        return f"{self.method} case {self.number}"
+        label = f"{self.method} case {self.number}"
+        return f"{label} (call {self.call + 1} in a row)" if self.call else label
 
     def line(self) -> str:
         """`forward case 0: pass (max abs error 0)`, or FAIL and what differs."""
@@ -382,8 +393,11 @@ def check_bundled(program: LoadedProgram, method: str | None = None,
             raise FormatError(f"bundled {case.method} case {number} is for a method the "
                               f"program does not have (methods: {', '.join(program.methods)})",
                               field=_WHERE)
-        got = program.method(case.method).run([to_torch(v) for v in case.inputs])
-        checked = CheckedCase(case.method, number, [])
+        runner = program.method(case.method)
+        if case.call == 0:
+            runner.reset_state()  # a sequence of calls starts from the initial state
+        got = runner.run([to_torch(v) for v in case.inputs])
+        checked = CheckedCase(case.method, number, [], call=case.call)
         if len(got) != len(case.outputs):
             checked.problem = (f"the program returns {len(got)} outputs, the case expects "
                                f"{len(case.outputs)}")

@@ -15,7 +15,7 @@ module); for a `.pt2` archive it is the archive's own graph, run by torch.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,10 +40,15 @@ class ReferenceCase:
     inputs: list[torch.Tensor]  # as the program takes them: the tensors of `args`, flattened
     expected: list[Any]  # eager outputs, flattened
     origin: str = "example inputs"  # or the .npz file they came from
+    # For a method with program state: which of the consecutive calls on these
+    # inputs this is. Call 0 starts from the initial state; call k follows call k-1.
+    call: int = 0
+    calls: int = 1
 
     @property
     def label(self) -> str:
-        return f"{self.method} case {self.number}"
+        label = f"{self.method} case {self.number}"
+        return label if self.calls == 1 else f"{label} call {self.call + 1} of {self.calls}"
 
 
 @dataclass
@@ -55,10 +60,18 @@ class Reference:
     cases: list[ReferenceCase] = field(default_factory=list)
 
 
-def prepare(sources: dict[str, MethodSource], input_files: Sequence[str | Path] = ()
-            ) -> dict[str, Reference]:
+# How many times in a row a method with program state is called per case: a
+# lost update shows from the second call on, one applied twice from the third.
+STATEFUL_CALLS = 3
+
+
+def prepare(sources: dict[str, MethodSource], input_files: Sequence[str | Path] = (),
+            calls: Mapping[str, int] | None = None) -> dict[str, Reference]:
     """The eager reference of every method with one case per input file (or the
-    example inputs), eager outputs computed now."""
+    example inputs), eager outputs computed now.
+
+    `calls[method]` (default 1) makes each case that many consecutive calls
+    from the model's initial state: one ReferenceCase per call."""
     references = {name: Reference(source, _eager_callable(source))
                   for name, source in sources.items()}
     default = "forward" if "forward" in sources or len(sources) != 1 else next(iter(sources))
@@ -72,25 +85,28 @@ def prepare(sources: dict[str, MethodSource], input_files: Sequence[str | Path] 
                 per_method[name].append((args, display_path(str(file))))
     for name, reference in references.items():
         runs = per_method[name] or [(reference.source.example_inputs, "example inputs")]
+        count = (calls or {}).get(name, 1)
         for number, (args, origin) in enumerate(runs):
             inputs = [leaf for leaf in tree_leaves(args) if isinstance(leaf, torch.Tensor)]
-            expected = run_eager(reference, args)
-            reference.cases.append(ReferenceCase(name, number, args, inputs, expected, origin))
+            for call, expected in enumerate(run_eager(reference, args, count)):
+                reference.cases.append(ReferenceCase(name, number, args, inputs, expected,
+                                                     origin, call, count))
     return references
 
 
-def run_eager(reference: Reference, args: tuple[Any, ...]) -> list[Any]:
-    """The eager outputs, flattened; the model's buffers are left as they were."""
+def run_eager(reference: Reference, args: tuple[Any, ...], calls: int = 1) -> list[list[Any]]:
+    """The eager outputs of `calls` consecutive calls, each flattened; the model's
+    buffers are left as they were before the first."""
     module = reference.eager
     try:
         with torch.no_grad(), _buffers_restored(module):
-            result = module(*[_copy(a) for a in args])
+            results = [module(*[_copy(a) for a in args]) for _ in range(calls)]
     except Exception as error:
         where = reference.source.path or reference.source.origin
         raise ModelError(f"{display_path(where)}: running method {reference.source.name!r} "
                          f"eagerly for verification failed: {type(error).__name__}: "
                          f"{(str(error).splitlines() or [''])[0]}") from error
-    return [_detached(leaf) for leaf in tree_leaves(result)]
+    return [[_detached(leaf) for leaf in tree_leaves(result)] for result in results]
 
 
 # ---------------------------------------------------------------------------

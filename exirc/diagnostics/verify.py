@@ -160,11 +160,19 @@ def verify_result(result: CompileResult, references: dict[str, Reference], *,
         outputs = user_outputs(planned, len(program.method(name).output_values))
         localized = False
         for case in reference.cases:
+            if case.call == 0:
+                program.method(name).reset_state()
             checked = check_case(program, case, outputs, tolerance)
             if not checked.ok and not localized:
                 localized = True
-                _localize(checked, program, planned, result.instruction_nodes.get(name, []),
-                          reference, tolerance, registry)
+                if case.call == 0:
+                    _localize(checked, program, planned, result.instruction_nodes.get(name, []),
+                              reference, tolerance, registry)
+                else:
+                    checked.localization_note = (
+                        f"(the calls before this one matched: the program's state after "
+                        f"{case.call} call{'s' if case.call > 1 else ''} differs from the "
+                        "model's buffers, so an update of a buffer is lost or applied wrongly)")
             report.cases.append(checked)
     return report
 
@@ -186,7 +194,7 @@ def bundle_references(result: CompileResult, references: dict[str, Reference],
             expected: list[Any] = [None] * len(plan.outputs)
             for position, value in zip(positions, case.expected):
                 expected[position] = value
-            cases.append((name, case.inputs, expected))
+            cases.append((name, case.inputs, expected, case.call))
     return make_bundle(cases, tolerance.rtol, tolerance.atol)
 
 

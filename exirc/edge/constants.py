@@ -14,6 +14,7 @@ import torch
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from exirc.control_flow import unused_placeholder_name
+from exirc.state import state_slot
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -52,8 +53,8 @@ def constant_tensor(program: ExportedProgram, node: Node) -> torch.Tensor | None
     spec = input_specs_by_name(program).get(node.name)
     if spec is None or spec.kind not in CONSTANT_KINDS or spec.target is None:
         return None
-    if spec.target in mutated_buffers(program):
-        return None
+    if spec.target in mutated_buffers(program) or state_slot(node) is not None:
+        return None  # program state: its value changes from call to call
     if spec.target in program.constants:
         value = program.constants[spec.target]
     else:

@@ -28,6 +28,10 @@ class ConstantTable:
         self._index: dict[tuple[str, bytes], int] = {}
         # Buffer index -> the names of the tensors stored there, for reports.
         self.names: dict[int, list[str]] = {}
+        # Initial values of program state (`exirc.state`), one per state name,
+        # in ExecuTorch's mutable data segment; entry 0 is reserved likewise.
+        self.initial_states: list[bytes] = [b""]
+        self._state_index: dict[str, int] = {}
 
     def add(self, tensor: torch.Tensor, name: str | None = None) -> int:
         data = tensor_bytes(tensor)
@@ -41,6 +45,15 @@ class ConstantTable:
             self.names[index].append(name)
         return index
 
+    def add_state(self, tensor: torch.Tensor, name: str) -> int:
+        """The index of state `name`'s initial value (`tensor`) in the mutable segment."""
+        index = self._state_index.get(name)
+        if index is None:
+            index = len(self.initial_states)
+            self.initial_states.append(tensor_bytes(tensor))
+            self._state_index[name] = index
+        return index
+
     def attach(self, program: P.Program) -> None:
         """Store the buffers as the program's constant segment.
 
@@ -52,6 +65,10 @@ class ConstantTable:
         segment, offsets = P.pack_subsegments(self.buffers, CONSTANT_ALIGNMENT)
         program.constant_segment = P.SubsegmentOffsets(len(program.segments), offsets)
         program.segments.append(P.DataSegment(segment))
+        if len(self.initial_states) > 1:
+            segment, offsets = P.pack_subsegments(self.initial_states, CONSTANT_ALIGNMENT)
+            program.mutable_data_segments = [P.SubsegmentOffsets(len(program.segments), offsets)]
+            program.segments.append(P.DataSegment(segment))
         if self.names:
             program.add_named_segment(constant_names.NAMED_DATA_KEY,
                                       constant_names.encode(self.names))

@@ -12,6 +12,8 @@ from exirc import symbolic_shapes
 from exirc.emit.constants import ConstantTable
 from exirc.emit.method import MethodEmitter
 from exirc.emit.shapes import method_shapes
+from exirc.plan.memory import round_up
+from exirc.state import STATE_ALIGNMENT
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -37,13 +39,23 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
     program = P.Program()
     shapes = {}
     nodes = {}
+    stateful: list[P.ExecutionPlan] = []
+    state_bytes = 0
     for name, exported in methods.items():
         emitter = MethodEmitter(name, exported, constants)
-        program.execution_plan.append(emitter.emit())
+        plan = emitter.emit()
+        program.execution_plan.append(plan)
+        if emitter.state_bytes:
+            stateful.append(plan)
+            state_bytes = max(state_bytes, emitter.state_bytes)
         nodes[name] = emitter.instruction_nodes
         method = method_shapes(emitter.table.symbolic_dims, exported)
         if method is not None:
             shapes[name] = method
+    # One state arena, the same size in every method that has state, so a
+    # runtime can give them all the same memory (shared state).
+    for plan in stateful:
+        plan.non_const_buffer_sizes.append(round_up(state_bytes, STATE_ALIGNMENT))
     constants.attach(program)
     if shapes:
         program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes))

@@ -41,6 +41,7 @@ BUILTIN_PASSES = {
     "dead_code_elimination": "exirc.edge.dce:DeadCodeElimination",
     "sym_prims": "exirc.backend.prims:SymIntToPrims",
     "fuse": "exirc.backend.fuse:FusePatterns",
+    "write_back_state": "exirc.plan.write_back:WriteBackState",
     "alias_views": "exirc.plan.views:AliasViews",
     "to_out_variants": "exirc.plan.out_variants:ToOutVariants",
     "memory_plan": "exirc.plan.passes:MemoryPlanPass",

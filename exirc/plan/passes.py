@@ -12,6 +12,7 @@ from exirc.passes.contract import Pass, PassResult
 from exirc.plan.lifetimes import tensor_lifetimes
 from exirc.plan.memory import check_plan, plan_memory
 from exirc.plan.views import alias_view
+from exirc.state import STATE_MEMORY_ID, state_slot
 
 # Memory id 0 is reserved (as in ExecuTorch's files); the planned arena is id 1.
 ARENA_ID = 1
@@ -44,5 +45,9 @@ class MemoryPlanPass(Pass):
         check_plan(lifetimes, plan)
         for lt in lifetimes:
             lt.node.meta["memory"] = (ARENA_ID, plan.offsets[lt.node])
+        for node in graph_module.graph.nodes:
+            slot = state_slot(node)
+            if slot is not None:  # program state: its own slot, for every call
+                node.meta["memory"] = (STATE_MEMORY_ID, slot.offset)
         graph_module.meta["memory_plan"] = plan
         return PassResult(program, changed=True)

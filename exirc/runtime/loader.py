@@ -34,7 +34,8 @@ Source = bytes | bytearray | memoryview | str | os.PathLike[str]
 
 
 class LoadedProgram:
-    """A program ready to run: its methods, each with its own memory."""
+    """A program ready to run: its methods, each with its own working memory,
+    and the program state they share (which persists from run to run)."""
 
     def __init__(self, program: P.Program, methods: dict[str, Method]) -> None:
         self.program = program
@@ -50,6 +51,16 @@ class LoadedProgram:
             known = ", ".join(self.methods) or "none"
             raise UsageError(f"no method named {name!r} in the program (methods: {known})")
         return method
+
+    def reset_state(self) -> None:
+        """Put the program's state (buffers its methods update, e.g. a KV cache)
+        back to the initial value stored in the file."""
+        for method in self.methods.values():
+            method.reset_state()
+
+    @property
+    def has_state(self) -> bool:
+        return any(method.has_state for method in self.methods.values())
 
     def run(self, method: str = "forward", inputs: Sequence[Any] | Mapping[str, Any] = (),
             *, profile: Profile | None = None) -> list[Any]:
@@ -74,6 +85,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     kernel_tables, backend_tables = _resolve(plans, kernels or KERNELS, backends or BACKENDS)
     _check_memory(plans, max_memory)  # before allocating any of it
     shapes = _symbolic_shapes(program)
+    shared = memory.allocate_shared_arenas(plans)
     methods = {}
     for i, plan in enumerate(plans):
         where = f"execution_plan[{i}]"
@@ -82,7 +94,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                    for j, (delegate, backend) in enumerate(zip(plan.delegates,
                                                                backend_tables[i]))]
         methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps,
-                                    shapes.get(plan.name))
+                                    shapes.get(plan.name), shared)
     return LoadedProgram(program, methods)
 
 

@@ -111,19 +111,45 @@ def check_arena_sizes(plans: list[P.ExecutionPlan], limit: int, why: str) -> Non
              "(`exirc run --max-memory`, or `load(..., max_memory=...)`)")
 
 
-def allocate_arenas(plan: P.ExecutionPlan) -> list[numpy.typing.NDArray[numpy.uint8]]:
+# Buffers from this id on are shared by every method of a program: ExecuTorch's
+# convention for program state (`share_mutable_buffers` plans it in buffer 2
+# at the same offsets in every method). Buffer 1 is each method's own.
+FIRST_SHARED_BUFFER = 2
+
+Arena = numpy.typing.NDArray[numpy.uint8]
+
+
+def allocate_shared_arenas(plans: list[P.ExecutionPlan]) -> dict[int, Arena]:
+    """The buffers methods share, each as big as the largest any method declares."""
+    sizes: dict[int, int] = {}
+    for plan in plans:
+        for i, size in enumerate(plan.non_const_buffer_sizes[FIRST_SHARED_BUFFER:],
+                                 FIRST_SHARED_BUFFER):
+            sizes[i] = max(sizes.get(i, 0), size)
+    return {i: _zeroed(size) for i, size in sizes.items()}
+
+
+def allocate_arenas(plan: P.ExecutionPlan, shared: dict[int, Arena] | None = None
+                    ) -> list[Arena]:
     """One arena per planned buffer, exactly its size. Buffer 0 is reserved (empty).
 
-    Zeroed, as ExecuTorch's planned memory is, so a program that reads a
-    buffer before writing it (mutable state) sees zeros, not garbage; and
-    lazily, since calloc maps zero pages that are only touched when used.
+    Buffers in `shared` (program state) are views of those arrays, so every
+    method reads and writes the same memory. Zeroed, as ExecuTorch's planned
+    memory is, so a program that reads a buffer before writing it (mutable
+    state without an initial value) sees zeros, not garbage; and lazily,
+    since calloc maps zero pages that are only touched when used.
     """
     arenas = []
-    for size in plan.non_const_buffer_sizes:
-        raw = numpy.zeros(size + _ALIGNMENT, dtype=numpy.uint8)
-        start = -raw.ctypes.data % _ALIGNMENT
-        arenas.append(raw[start:start + size])
+    for i, size in enumerate(plan.non_const_buffer_sizes):
+        common = (shared or {}).get(i)
+        arenas.append(common[:size] if common is not None else _zeroed(size))
     return arenas
+
+
+def _zeroed(size: int) -> Arena:
+    raw = numpy.zeros(size + _ALIGNMENT, dtype=numpy.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    return raw[start:start + size]
 
 
 def planned_tensor(arena: numpy.typing.NDArray[numpy.uint8], meta: P.Tensor,

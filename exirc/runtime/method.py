@@ -108,12 +108,16 @@ class Method:
 
     def __init__(self, program: P.Program, plan: P.ExecutionPlan, where: str,
                  kernels: Mapping[int, Kernel], backends: Sequence[tuple[Any, Any]],
-                 max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None) -> None:
+                 max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None,
+                 shared_arenas: dict[int, memory.Arena] | None = None) -> None:
         self.name = plan.name
         self.shapes = shapes
         self.max_steps = max_steps
-        self._arenas = memory.allocate_arenas(plan)
-        env = _value_table(program, plan, self._arenas, where)
+        self._arenas = memory.allocate_arenas(plan, shared_arenas)
+        # (where in an arena, initial bytes) of each tensor that is program state
+        self._initial_state: list[tuple[Any, memoryview]] = []
+        env = _value_table(program, plan, self._arenas, where, self._initial_state)
+        self.reset_state()
         written = _written_values(plan, kernels)
         self._env = env
         self._values = Values(env, plan.values, written)
@@ -135,6 +139,16 @@ class Method:
             self._chains.append(steps)
             self._sites.append(sites)
         self._profiled: tuple[Profile, list[list[Step]]] | None = None
+
+    @property
+    def has_state(self) -> bool:
+        """Whether the method keeps state (buffers it updates) from run to run."""
+        return bool(self._initial_state)
+
+    def reset_state(self) -> None:
+        """Put the program state this method holds back to its initial value."""
+        for target, initial in self._initial_state:
+            target[:] = numpy.frombuffer(initial, dtype=numpy.uint8)
 
     # -- preparing instructions ------------------------------------------------
 
@@ -323,11 +337,12 @@ class Method:
 
 
 def _value_table(program: P.Program, plan: P.ExecutionPlan,
-                 arenas: list[numpy.typing.NDArray[numpy.uint8]], where: str) -> list[Any]:
+                 arenas: list[numpy.typing.NDArray[numpy.uint8]], where: str,
+                 initial_state: list[tuple[Any, memoryview]]) -> list[Any]:
     env: list[Any] = []
     for i, value in enumerate(plan.values):
         if isinstance(value, P.Tensor):
-            env.append(_tensor(program, value, arenas, f"{where}.values[{i}]"))
+            env.append(_tensor(program, value, arenas, f"{where}.values[{i}]", initial_state))
         elif isinstance(value, P.Int):
             env.append(value.int_val)
         elif isinstance(value, P.Double):
@@ -349,7 +364,8 @@ def _value_table(program: P.Program, plan: P.ExecutionPlan,
 
 
 def _tensor(program: P.Program, meta: P.Tensor,
-            arenas: list[numpy.typing.NDArray[numpy.uint8]], where: str) -> torch.Tensor:
+            arenas: list[numpy.typing.NDArray[numpy.uint8]], where: str,
+            initial_state: list[tuple[Any, memoryview]]) -> torch.Tensor:
     dtype = memory.torch_dtype(meta.scalar_type, where)
     extra = meta.extra_tensor_info
     if extra is not None and extra.location == P.TensorDataLocation.EXTERNAL:
@@ -362,10 +378,10 @@ def _tensor(program: P.Program, meta: P.Tensor,
             return memory.constant_tensor(program.constant_data(meta.data_buffer_idx), meta, dtype)
         return memory.placeholder(dtype)  # memory arrives at run time (input, view)
     arena = arenas[info.memory_id]
-    if meta.data_buffer_idx:  # mutable state with an initial value
+    if meta.data_buffer_idx:  # mutable state with an initial value, set by reset_state
         start = info.offset
-        arena[start:start + meta.nbytes] = numpy.frombuffer(
-            memory.initial_state(program, meta, where), dtype=numpy.uint8)
+        initial_state.append((arena[start:start + meta.nbytes],
+                              memory.initial_state(program, meta, where)))
     return memory.planned_tensor(arena, meta, dtype)
 
 

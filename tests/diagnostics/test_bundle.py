@@ -218,7 +218,7 @@ def test_every_value_kind_round_trips() -> None:
     values = [torch.randn(2, 3), torch.tensor(True), torch.zeros(0, 4), torch.arange(5),
               torch.randn(3).to(torch.bfloat16), torch.randn(2, dtype=torch.complex64),
               3, 2.5, float("nan"), False]
-    bundle = make_bundle([("forward", values, [None, values[0]])], 1e-3, 0.0)
+    bundle = make_bundle([("forward", values, [None, values[0]], 0)], 1e-3, 0.0)
 
     again = decode(encode(bundle))
 

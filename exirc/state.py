@@ -1,0 +1,148 @@
+"""Program state: buffers that `forward` updates in place (KV caches, counters).
+
+A buffer the model mutates is not a constant: its value must persist from one
+call to the next, start from the value it had when the model was compiled,
+and be one value for every method of the file that touches it (the
+prefill/decode pattern of an LLM with a static KV cache).
+
+The compiler finds such buffers in the captured (ATen) methods before any
+pass runs, gives each one a slot in the *state arena* and marks its
+placeholders with `STATE_META`, in every method that reads or writes it:
+
+    passes      never fold or drop a marked placeholder (it is not constant)
+    write_back  the functional graph's buffer-mutation outputs become
+                `copy_(state, new_value)` at the end, and leave the outputs
+    plan        a marked placeholder lives at its slot in memory id 2
+    emit        a planned tensor with an initial value (ExecuTorch's
+                `mutable_data_segments`) and its name
+
+The state arena is memory id 2 with one layout for all methods, as
+ExecuTorch's `share_mutable_buffers` convention has it: a runtime that gives
+every method the same memory for id 2 shares the state between methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch.export.graph_signature import InputKind, TensorArgument
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+    from torch.fx import Node
+
+# node.meta key on a placeholder that is program state: its StateSlot.
+STATE_META = "exirc_state"
+# The memory id of the state arena (1 is the per-method activation arena).
+STATE_MEMORY_ID = 2
+STATE_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class StateSlot:
+    """Where one state buffer lives: its name (stored in the file) and bytes."""
+
+    name: str
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class StateLayout:
+    """Every state buffer of a program, and the size of the state arena."""
+
+    slots: dict[str, StateSlot] = field(default_factory=dict)
+    arena_bytes: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.slots)
+
+
+def plan_state(methods: dict[str, ExportedProgram]) -> StateLayout:
+    """Find the state buffers of `methods`, lay them out, and mark their placeholders.
+
+    A buffer is state if any method writes it. The same tensor lifted by
+    several methods (even under different names, e.g. through different
+    wrapper modules) is one state, named by the first name it was seen under.
+    """
+    by_tensor: dict[int, str] = {}  # id(tensor) -> state name
+    for program in methods.values():
+        for target in _written_buffers(program):
+            tensor = program.state_dict.get(target)
+            if isinstance(tensor, torch.Tensor):
+                by_tensor.setdefault(id(tensor), target)
+    layout = StateLayout()
+    for program in methods.values():
+        for node, target in _buffer_placeholders(program):
+            tensor = program.state_dict.get(target)
+            name = by_tensor.get(id(tensor)) if isinstance(tensor, torch.Tensor) else None
+            if name is None:
+                continue
+            slot = layout.slots.get(name)
+            if slot is None:
+                assert isinstance(tensor, torch.Tensor)
+                nbytes = tensor.numel() * tensor.element_size()
+                slot = StateSlot(name, layout.arena_bytes, nbytes)
+                layout.slots[name] = slot
+                layout.arena_bytes += -(-nbytes // STATE_ALIGNMENT) * STATE_ALIGNMENT
+            node.meta[STATE_META] = slot
+    return layout
+
+
+def state_slot(node: Node) -> StateSlot | None:
+    """The state slot of a placeholder, or None if it is not program state."""
+    slot = node.meta.get(STATE_META) if node.op == "placeholder" else None
+    return slot if isinstance(slot, StateSlot) else None
+
+
+def is_stateful(program: ExportedProgram) -> bool:
+    """Whether a (marked) method reads or writes program state."""
+    return any(state_slot(node) is not None for node in program.graph.nodes)
+
+
+def _buffer_placeholders(program: ExportedProgram) -> Iterator[tuple[Node, str]]:
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs
+             if isinstance(spec.arg, TensorArgument)}
+    for node in program.graph.nodes:
+        spec = specs.get(node.name) if node.op == "placeholder" else None
+        if spec is not None and spec.kind == InputKind.BUFFER and spec.target is not None:
+            yield node, spec.target
+
+
+def _written_buffers(program: ExportedProgram) -> set[str]:
+    """Buffers the program writes: functional mutation outputs (after
+    decomposition), or in-place ops on the buffer (torch.export's ATen graph)."""
+    written = set(program.graph_signature.buffers_to_mutate.values())
+    for node, target in _buffer_placeholders(program):
+        if any(_writes(user, alias) for alias in _aliases(node) for user in alias.users):
+            written.add(target)
+    return written
+
+
+def _aliases(node: Node) -> list[Node]:
+    """`node` and the views of it (`cache[:, pos].copy_(k)` writes the cache)."""
+    found, pending = [node], [node]
+    while pending:
+        for user in pending.pop().users:
+            target = user.target
+            if isinstance(target, torch._ops.OpOverload) and target.is_view \
+                    and user.args and user.args[0] in found and user not in found:
+                found.append(user)
+                pending.append(user)
+    return found
+
+
+def _writes(user: Node, value: Node) -> bool:
+    """Whether the call `user` writes into its argument `value` (an in-place op)."""
+    schema = getattr(user.target, "_schema", None) if user.op == "call_function" else None
+    if schema is None:
+        return False
+    for position, argument in enumerate(schema.arguments):
+        given = user.kwargs.get(argument.name) if argument.kwarg_only or \
+            position >= len(user.args) else user.args[position]
+        if given is value and argument.alias_info is not None and argument.alias_info.is_write:
+            return True
+    return False
