@@ -41,6 +41,9 @@ demo: install
 	$(EXIRC) compile examples/refine_loop.py -o $(OUT)/refine_loop.pte
 	$(EXIRC) inspect $(OUT)/refine_loop.pte --show instructions
 	$(EXIRC) run $(OUT)/refine_loop.pte --random --seed 0
+	$(EXIRC) compile examples/kv_decoder.py --verify -o $(OUT)/kv_decoder.pte
+	$(EXIRC) inspect $(OUT)/kv_decoder.pte --show summary
+	$(PY) examples/generate.py $(OUT)/kv_decoder.pte
 
 schema: install
 	$(PY) -m exirc.serialize.regenerate

@@ -162,6 +162,7 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
             "planned_tensors": sum(1 for v in plan.values
                                    if isinstance(v, P.Tensor) and v.allocation_info),
         },
+        "state": state_entries(plan),
         "delegates": [
             {
                 "index": i,
@@ -176,6 +177,24 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
         "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
         "instructions": instructions,
     }
+
+
+def state_entries(plan: P.ExecutionPlan) -> list[dict[str, Any]]:
+    """The tensors that are program state: planned memory kept from run to run
+    (a buffer the model updates), with an initial value, a name, or in a shared
+    buffer (id 2 on)."""
+    entries = []
+    for index, value in enumerate(plan.values):
+        if not isinstance(value, P.Tensor) or value.allocation_info is None:
+            continue
+        name = value.extra_tensor_info.fully_qualified_name if value.extra_tensor_info else None
+        buffer = value.allocation_info.memory_id
+        if not (value.data_buffer_idx or name or buffer >= 2):
+            continue
+        entries.append({"value": index, "name": name, "type": value_type(value, None),
+                        "buffer": buffer, "offset": value.allocation_info.offset,
+                        "bytes": value.nbytes, "initial_value": bool(value.data_buffer_idx)})
+    return entries
 
 
 def io_entry(plan: P.ExecutionPlan, index: int,

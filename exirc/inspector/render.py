@@ -106,6 +106,14 @@ def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
                  f"{human_bytes(plan['total_bytes'])}, "
                  f"{plural(plan['planned_tensors'], 'planned tensor')}")
     lines.extend(_cut([f"    buffer {b['id']}: {b['bytes']} B" for b in buffers], "    "))
+    if m["state"]:
+        total = sum(s["bytes"] for s in m["state"])
+        lines.append(f"  state: {plural(len(m['state']), 'tensor')}, {human_bytes(total)}, "
+                     "kept from run to run")
+        lines.extend(_cut([f"    {clean(s['name'] or '%' + str(s['value']))}: {s['type']}, "
+                           f"{s['bytes']} B in buffer {s['buffer']} at {s['offset']}"
+                           f"{'' if s['initial_value'] else ' (no initial value: zeros)'}"
+                           for s in m["state"]], "    "))
     if m["delegates"]:
         lines.append(f"  delegates ({len(m['delegates'])}):")
         lines.extend(_cut([f"    [{d['index']}] {clean(d['id'])}: {human_bytes(d['bytes'])} "
