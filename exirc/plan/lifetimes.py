@@ -5,12 +5,14 @@ A planned tensor is a user input (live from position 0) or the tensor an
 tensors, and a use of an alias is a use of what it aliases:
 
     out-variant or in-place op   the arguments it writes and returns
-                                 (`out=`, or `values=`/`indices=`, ...)
+    (ATen or backend op)         (`out=`, or `values=`/`indices=`, ...)
     getitem(op, i)               the i-th of those
     view op (caller's set)       its first argument
 
 Parameters, buffers and constants are not planned. The `output` node is the
-last node, so what it returns stays live to the end.
+last node, so what it returns stays live to the end. A use of an op's tensor
+result that aliases nothing planned is an InternalError: the walk missed an
+alias, and a lifetime that ends too soon is a plan that overwrites live data.
 
 Positions follow the order the emitter lays instructions out: a control-flow
 node, then its subgraphs one after the other, then what follows it. So the
@@ -112,6 +114,8 @@ class _Walk:
             for base in self.bases[used]:
                 if base in self.start:
                     self.end[base] = max(self.end.get(base, position), position)
+                elif _unresolved_tensor(base):
+                    raise _unresolved(base)
 
     def node(self, node: Node) -> None:
         position = self.step()
@@ -171,6 +175,23 @@ class _Walk:
                     self.end[base] = max(self.end[base], self.end[out])
 
 
+def _unresolved_tensor(node: Node) -> bool:
+    """An op's tensor result that is not planned and aliases nothing planned.
+
+    In out-variant form every op writes into planned memory, so such a result
+    means the walk missed what it aliases (an op whose outs it cannot see, a
+    view op it was not told of): failing beats a lifetime that ends too soon.
+    """
+    return node.op == "call_function" and isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def _unresolved(node: Node) -> InternalError:
+    return InternalError(
+        f"cannot tell which planned memory %{node.name} ({node.target}) is in: its result "
+        "is not an out argument or a view the planner knows of, so its uses would not "
+        "keep that memory live")
+
+
 def _is_planned(node: Node, user_inputs: Collection[str]) -> bool:
     if is_alloc(node):
         return True
@@ -197,8 +218,12 @@ def _bases(
         return (node,)
     if is_out_form(node):
         return tuple(base for out in outs_of(node) for base in bases[out])
-    if isinstance(node.target, torch._ops.OpOverload):
-        written = _written_outputs(node, node.target._schema)
+    # Any call target with a schema: ATen overloads and backend ops alike (the
+    # emitter gives both the memory of their outs), so a fused op's result is
+    # its `out=` alloc, and a use of the result keeps that alloc live.
+    schema = getattr(node.target, "_schema", None)
+    if isinstance(schema, torch._C.FunctionSchema):
+        written = _written_outputs(node, schema)
         if written:
             return tuple(base for arg in written for base in bases[arg])
     return (node,)

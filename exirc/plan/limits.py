@@ -108,11 +108,13 @@ def largest_planned_tensors(program: ExportedProgram) -> list[tuple[Node, int]]:
     upper bounds), by the same function; only a failing check pays for it.
     """
     from exirc.plan.lifetimes import tensor_lifetimes
+    from exirc.plan.views import alias_view
 
     graph = program.graph_module.graph
     user_inputs = {node.name for node in graph.nodes
                    if node.op == "placeholder" and "memory" in node.meta}
-    planned = [lt for lt in tensor_lifetimes(graph, user_inputs) if "memory" in lt.node.meta]
+    lifetimes = tensor_lifetimes(graph, user_inputs, view_ops={alias_view})
+    planned = [lt for lt in lifetimes if "memory" in lt.node.meta]
     order = {lt.node: i for i, lt in enumerate(planned)}
     return [(lt.node, lt.nbytes)
             for lt in sorted(planned, key=lambda lt: (-lt.nbytes, order[lt.node]))]
