@@ -94,9 +94,11 @@ def _verifiers(target: str) -> dict[str, Verifier]:
     from exirc.backend.kernels import check_kernels
     from exirc.backend.verify import verify_backend
     from exirc.edge.verify import verify_edge
+    from exirc.plan.verify import verify_memory_plan
 
     def verify_plan(program: ExportedProgram) -> None:
         check_kernels(program.graph_module, target)
+        verify_memory_plan(program)  # the final plan, after every plan pass
 
     return {"aten": verify_aten, "edge": verify_edge, "backend": verify_backend,
             "plan": verify_plan}
