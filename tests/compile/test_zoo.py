@@ -1,9 +1,10 @@
-"""Conformance: every zoo model compiles for the portable target, and the
-program runs on ExecuTorch's portable runtime (and on exirc's own) with the
-outputs of eager PyTorch, at the model's tolerance.
+"""Conformance: every zoo model compiles for every built-in target, and the
+program runs on exirc's runtime (and, where its kernels are all portable, on
+ExecuTorch's portable runtime) with the outputs of eager PyTorch, at the
+model's tolerance.
 
 The zoo (`tests/models/zoo.py`) is the test set; compilation is memoized per
-model, so the tests below share one compile of each.
+model and target, so the tests below share one compile of each.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.models.zoo import (
     flatten_outputs,
 )
 from tests.oracle import requires_executorch, run_with_executorch
+from tests.targets import PORTABLE, TARGETS
 
 if TYPE_CHECKING:
     from exirc.compiler import CompileResult
@@ -41,20 +43,20 @@ def _model(name: str) -> ZooModel:
     return model
 
 
-def compiled(name: str) -> CompileResult:
-    """Zoo model `name` compiled for the portable target, once per session.
+def compiled(name: str, target: str = PORTABLE) -> CompileResult:
+    """Zoo model `name` compiled for `target`, once per session.
 
     A failure is remembered too, and raised again to every test that asks,
     so a model the compiler rejects costs one compile, not one per test.
     """
-    outcome = _compile_once(name)
+    outcome = _compile_once(name, target)
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
 
 
 @functools.cache
-def _compile_once(name: str) -> CompileResult | Exception:
+def _compile_once(name: str, target: str) -> CompileResult | Exception:
     from exirc.compiler import CompileOptions, compile_module
 
     model = ZOO[name]
@@ -62,7 +64,7 @@ def _compile_once(name: str) -> CompileResult | Exception:
     try:
         return compile_module(
             model.module(), model.inputs(), dynamic_shapes=dynamic_shapes,
-            options=CompileOptions(target="portable"),
+            options=CompileOptions(target=target),
         )
     except Exception as error:
         return error
@@ -80,6 +82,16 @@ def assert_matches_eager(got: Sequence[Any], model: ZooModel, runtime: str) -> N
             g, w, rtol=model.rtol, atol=model.atol, equal_nan=True,
             msg=lambda message, where=where: f"{where}: {message}",
         )
+
+
+def all_operator_names(result: CompileResult) -> set[str]:
+    """`namespace::name` of every operator a compiled program calls."""
+    return {op.name for plan in result.program.execution_plan for op in plan.operators}
+
+
+def _portable_operator(name: str) -> bool:
+    """Whether ExecuTorch's portable runtime has kernels for the operator's namespace."""
+    return name.split("::")[0] in ("aten", "executorch_prim")
 
 
 def aten_operator_names(result: CompileResult) -> set[str]:
@@ -126,12 +138,16 @@ def test_zoo_models_are_deterministic(name: str) -> None:
 
 @requires_executorch
 @pytest.mark.oracle
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ZOO_NAMES)
-def test_compiled_program_runs_on_executorch_like_eager(name: str) -> None:
+def test_compiled_program_runs_on_executorch_like_eager(name: str, target: str) -> None:
     model = _model(name)
-    result = compiled(name)
+    result = compiled(name, target)
+    own = sorted(op for op in all_operator_names(result) if not _portable_operator(op))
+    if target != PORTABLE and own:
+        pytest.skip(f"ExecuTorch's runtime has no kernel for {', '.join(own)}")
     got = run_with_executorch(result.data, model.inputs())
-    assert_matches_eager(got, model, "ExecuTorch's portable runtime")
+    assert_matches_eager(got, model, f"ExecuTorch's portable runtime, target {target}")
 
 
 @pytest.mark.parametrize("name", ZOO_NAMES)
@@ -147,10 +163,11 @@ def test_compiled_bytes_hold_the_compiled_program(name: str) -> None:
         assert ours.non_const_buffer_sizes == theirs.non_const_buffer_sizes
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ZOO_NAMES)
-def test_memory_plan_is_not_below_its_lower_bound(name: str) -> None:
+def test_memory_plan_is_not_below_its_lower_bound(name: str, target: str) -> None:
     _model(name)
-    report = compiled(name).report
+    report = compiled(name, target).report
     assert 0 < report.lower_bound_bytes <= report.arena_bytes, (
         f"{name}: arena {report.arena_bytes} B, lower bound {report.lower_bound_bytes} B"
     )
@@ -173,13 +190,26 @@ def test_zoo_programs_call_at_least_80_distinct_aten_operators() -> None:
     )
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ZOO_NAMES)
-def test_compiled_program_runs_on_exirc_runtime_like_eager(name: str) -> None:
+def test_no_two_live_tensors_share_bytes(name: str, target: str) -> None:
+    """The inspector's own lifetimes, read off the emitted program, agree with the plan."""
+    from exirc.inspector.memory import memory_report
+
+    _model(name)
+    warnings = [w.message for m in memory_report(compiled(name, target).program)
+                for w in m.warnings]
+    assert not warnings, f"{name}, target {target}: {warnings}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_compiled_program_runs_on_exirc_runtime_like_eager(name: str, target: str) -> None:
     try:
         from exirc.runtime import load
     except ImportError as error:
         pytest.skip(f"exirc's runtime cannot load programs yet: {error}")
     model = _model(name)
-    program = load(compiled(name).data)
+    program = load(compiled(name, target).data)
     got = flatten_outputs(program.run("forward", list(model.inputs())))
-    assert_matches_eager(got, model, "exirc's runtime")
+    assert_matches_eager(got, model, f"exirc's runtime, target {target}")
