@@ -18,7 +18,8 @@ The data comes from running torch on CPU, in four steps:
    way, so e.g. `batch_norm` samples reach `_native_batch_norm_legit`. The
    `_copy` twin of a view op reuses the view op's call sites, and the ops no
    sample reaches get the hand-written samples of `hand_samples()`. Of the
-   call sites of different shapes, the SITES_PER_OP smallest are kept.
+   call sites of different shapes, the SITES_PER_OP smallest are kept, and
+   `forms_samples()` adds forms of a call OpInfo's smallest samples miss.
 2. Observation. For each call site, each tensor argument (a tensor list
    counts as one) is cast to each of the ten real dtypes (Bool ... Double; a
    complex argument also keeps its own dtype), `Scalar` arguments to
@@ -299,6 +300,16 @@ def hand_samples() -> dict[OpOverload, list[Call]]:
     }
 
 
+def forms_samples() -> dict[OpOverload, list[Call]]:
+    """Call sites added to every op's own: argument forms the smallest OpInfo
+    samples leave out, yet models use."""
+    x = torch.tensor([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]])
+    return {
+        # Boolean-mask indexing, `x[x > 0]`: its output size depends on the data.
+        torch.ops.aten.index.Tensor: [((x, [x > 0]), {}), ((x, [x[:, 0] > 0]), {})],
+    }
+
+
 def collect_call_sites(ops: Sequence[OpOverload]) -> dict[OpOverload, list[Call]]:
     """Call sites per op: OpInfo samples, then view twins and hand-written samples."""
     twins = {copy_twin(op): op for op in ops if op.is_view}
@@ -313,6 +324,9 @@ def collect_call_sites(ops: Sequence[OpOverload]) -> dict[OpOverload, list[Call]
             calls[op] = calls.get(twins[op], [])
         if not calls[op]:
             calls[op] = hand.get(op, [])
+    for op, extra in forms_samples().items():
+        if op in calls:
+            calls[op] = calls[op] + extra
     return calls
 
 
