@@ -47,8 +47,8 @@ class CompileOptions:
     # `verify_inputs`) and fail with VerificationError when they differ.
     verify: bool = False
     verify_inputs: tuple[str | Path, ...] = ()
-    rtol: float = DEFAULT_RTOL
-    atol: float = DEFAULT_ATOL
+    rtol: float | None = None  # None: by the dtype compared (exirc.diagnostics.tolerance)
+    atol: float | None = None
     bundle: bool = False  # store those inputs and eager outputs in the program
 
     @property
@@ -219,9 +219,10 @@ def _check_self_check_options(options: CompileOptions) -> None:
     if options.verify_inputs and not options.self_check:
         raise UsageError("verification inputs apply to --verify and --bundle",
                          hint="add --verify (or --bundle to store them in the program)")
-    if not (options.rtol >= 0 and options.atol >= 0):
-        raise UsageError(f"tolerances must be >= 0, got rtol {options.rtol}, "
-                         f"atol {options.atol}")
+    rtol = DEFAULT_RTOL if options.rtol is None else options.rtol
+    atol = DEFAULT_ATOL if options.atol is None else options.atol
+    if not (rtol >= 0 and atol >= 0):
+        raise UsageError(f"tolerances must be >= 0, got rtol {rtol}, atol {atol}")
 
 
 def _references(sources: dict[str, MethodSource], options: CompileOptions

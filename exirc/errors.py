@@ -95,6 +95,15 @@ class UnsupportedOperatorError(ExircError):
                     "(exirc.runtime.register_kernel)")
 
 
+class OperatorNotSupportedError(UnsupportedOperatorError):
+    """The model uses an operator outside the Edge op set (a custom op, or an
+    ATen op with no decomposition into core ATen) and no kernel provides it."""
+
+    code = "E0401"
+    default_hint = ("register a kernel for it in a module you pass with --plugin (to `exirc "
+                    "compile` and `exirc run`), or change the model to avoid the operator")
+
+
 class VerificationError(ExircError):
     """Outputs differ from the reference beyond tolerance."""
 

@@ -6,8 +6,10 @@ Python, so the sym_prims pass must have turned them into prim ops.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from exirc.backend.kernels import check_kept_operators
 from exirc.backend.ops import BackendOp
 from exirc.control_flow import all_nodes, is_control_flow
 from exirc.edge.ops import is_edge_op
@@ -18,11 +20,15 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
-def verify_backend(program: ExportedProgram) -> None:
+def verify_backend(program: ExportedProgram, target: str = "portable",
+                   kernels: Iterable[str] = ()) -> None:
+    """Check a Backend graph; ops outside the Edge op set pass as in `verify_edge`."""
+    kept = check_kept_operators(program.graph_module, target, kernels)
     for node in all_nodes(program.graph_module):
         if node.op != "call_function" or is_control_flow(node):
             continue
-        if isinstance(node.target, BackendOp) or is_edge_op(node.target):
+        if isinstance(node.target, BackendOp) or is_edge_op(node.target) or \
+                node.target in kept:
             continue
         raise DialectError(
             f"{describe_node(node)} is neither an Edge op nor a registered backend op",

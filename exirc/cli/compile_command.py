@@ -37,7 +37,8 @@ Verification (--verify): the program runs in exirc's interpreter and the
 model in eager PyTorch, on the example inputs or on each --verify-inputs
 .npz (keys input_0, ...; METHOD.input_0, ... for other methods). Outputs
 must match in dtype, shape and value (|got - expected| <= atol + rtol *
-|expected|; NaN equals NaN). On a mismatch the compile fails with exit code
+|expected|, rtol by dtype as torch.testing.assert_close: 1e-4, float16 1e-3,
+bfloat16 1.6e-2; NaN equals NaN). On a mismatch the compile fails with exit code
 5, writes no file, and names the first instruction whose result diverges:
 its op, graph node, source line and module. --bundle stores the inputs and
 eager outputs in the program, for `exirc run --check`.
@@ -93,9 +94,11 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="Inputs for --verify and --bundle instead of the example inputs: a .npz "
                    "per case (repeatable).")
 @click.option("--rtol", type=float, default=None,
-              help="Relative tolerance of --verify and bundled cases (default 1e-4).")
+              help="Relative tolerance of --verify and bundled cases, for every dtype "
+                   "(default 1e-4; float16 1e-3, bfloat16 1.6e-2).")
 @click.option("--atol", type=float, default=None,
-              help="Absolute tolerance of --verify and bundled cases (default 1e-5).")
+              help="Absolute tolerance of --verify and bundled cases, for every dtype "
+                   "(default 1e-5).")
 @click.option("--bundle", is_flag=True,
               help="Store the inputs and eager outputs in the program as test cases for "
                    "`exirc run --check`.")
@@ -117,8 +120,6 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         return
 
     from exirc.compiler import CompileOptions, compile_model
-    from exirc.diagnostics.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
-
     if (rtol is not None or atol is not None) and not (verify or bundle):
         raise UsageError("--rtol and --atol apply to --verify and --bundle",
                          hint="add --verify")
@@ -129,8 +130,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              print_ir_diff=print_ir_diff, dump_dir=dump_dir,
                              max_arena_bytes=max_arena, verify=verify,
                              verify_inputs=verify_inputs,
-                             rtol=DEFAULT_RTOL if rtol is None else rtol,
-                             atol=DEFAULT_ATOL if atol is None else atol, bundle=bundle)
+                             rtol=rtol, atol=atol, bundle=bundle)
     if not output.parent.is_dir() and str(output.parent):
         raise UsageError(f"cannot write {output}: directory {output.parent} does not exist")
     with warnings.catch_warnings():

@@ -7,17 +7,13 @@ of the CLI stays fast.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from exirc.cli.plugins import import_plugin
 from exirc.errors import InputError, UsageError, VerificationError
 
 if TYPE_CHECKING:
@@ -90,7 +86,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
     if seed is not None and not random_inputs:
         raise UsageError("--seed only applies to --random")
     for plugin in plugins:
-        _import_plugin(plugin)
+        import_plugin(plugin)
 
     from exirc.runtime import Profile, load
     from exirc.runtime.method import DEFAULT_MAX_STEPS
@@ -162,27 +158,6 @@ def _method_name(program: LoadedProgram, requested: str | None) -> str:
     if "forward" in names or len(names) != 1:
         return "forward"  # a missing forward is reported with the list of methods
     return names[0]
-
-
-def _import_plugin(plugin: str) -> None:
-    """Import a module by name, or a .py file by path, for its registrations."""
-    try:
-        if plugin.endswith(".py") or os.sep in plugin:
-            file = Path(plugin)
-            if not file.is_file():
-                raise UsageError(f"no such plugin file: {plugin}")
-            spec = importlib.util.spec_from_file_location(file.stem, file)
-            if spec is None or spec.loader is None:
-                raise UsageError(f"cannot import the plugin file {plugin}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[file.stem] = module
-            spec.loader.exec_module(module)
-        else:
-            importlib.import_module(plugin)
-    except ImportError as error:
-        raise UsageError(f"cannot import the plugin {plugin!r}: {error}",
-                         hint="give a module name on PYTHONPATH, or the path of a .py file"
-                         ) from None
 
 
 def _parse_size(text: str) -> int:

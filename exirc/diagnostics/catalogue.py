@@ -351,26 +351,30 @@ _DOCS = (
         meaning=(
             "After each stage of the pipeline (aten, edge, backend, plan) a verifier checks "
             "that the graph keeps that dialect's rules: ATen graphs are well formed, Edge "
-            "graphs hold only core ATen ops on tensors, backend graphs only Edge ops and "
-            "registered backend ops. The first node that breaks a rule is reported with "
-            "its source line."
+            "graphs hold only core ATen ops on tensors (plus custom ops and ops with no "
+            "decomposition that a kernel runs), backend graphs only those and registered "
+            "backend ops. This is an error in a pass or a pipeline, not in the model: an "
+            "operator the model uses that nothing can run is E0401. The first node that "
+            "breaks a rule is reported with its source line."
         ),
         causes=(
-            "the model uses an operator that has no decomposition into core ATen ops",
             "a custom pipeline dropped or reordered a pass the next stage relies on "
-            "(to_edge, views_to_copies, sym_prims)",
-            "a plugin pass inserted a Python call or a scalar-valued node",
+            "(to_edge, views_to_copies, sym_prims), leaving an op that to_edge decomposes "
+            "or a view",
+            "a plugin pass inserted a non-core op, a view, a Python call or a scalar-valued "
+            "node",
         ),
         what_to_do=(
-            "change the model to use operators with decompositions, or add a decomposition",
             "compare your pipeline with `exirc compile model.py --print-pipeline`",
-            "`exirc compile --print-ir-after-all` shows the graph after every pass",
+            "`exirc compile --print-ir-after-all` shows the graph after every pass, to find "
+            "the one that made the node",
         ),
         example=(
-            "error[E0330]: node %lgamma (aten.lgamma.default) at model.py:5: "
-            "return torch.lgamma(x.abs() + 1) is not an Edge op\n"
-            "  hint: the Edge dialect admits core ATen ops; add a decomposition for it, or run "
-            "the to_edge and views_to_copies passes before"
+            "error[E0330]: node %linear (aten.linear.default) at model.py:11: "
+            "return self.fc2(torch.relu(self.fc1(x))) is not an Edge op\n"
+            "  hint: the to_edge pass decomposes it into core ATen ops: run to_edge before, "
+            "and check that no later pass made this node (`exirc compile "
+            "--print-ir-after-all`)"
         ),
     ),
     ErrorDoc(
@@ -454,7 +458,8 @@ _DOCS = (
             "try `exirc compile --target exirc`, or rewrite the model with supported "
             "operators",
             "register missing kernels with exirc.runtime.register_kernel (or backends "
-            "with register_backend) in a module passed to `exirc run --plugin`",
+            "with register_backend) in a module passed to `exirc run --plugin` (and to "
+            "`exirc compile --plugin`, so the kernel check knows them)",
             "`exirc inspect PROGRAM` lists the operators a program needs",
         ),
         example=(
@@ -462,6 +467,46 @@ _DOCS = (
             "kernel): %avg_pool3d at model.py:5: return ...\n"
             "  hint: use --target exirc, or register a backend op with a kernel for it, or "
             "decompose it into supported ops"
+        ),
+    ),
+    ErrorDoc(
+        code="E0401",
+        title="operator not supported: no kernel and no decomposition",
+        exit_code=4,
+        raised_as="exirc.errors.OperatorNotSupportedError",
+        meaning=(
+            "The model calls an operator outside the Edge op set (core ATen) that nothing "
+            "can run: a custom operator (torch.library.custom_op, TORCH_LIBRARY) with no "
+            "kernel registered, or an ATen operator that has no decomposition into core "
+            "ATen and no kernel on the target. The compiler keeps such an operator as the "
+            "model calls it when a kernel exists, the target's or one a --plugin module "
+            "registers; otherwise it names the operator, the source line and module of "
+            "every use, and the kernel that would run it. Every such operator is listed "
+            "together."
+        ),
+        causes=(
+            "a custom operator, compiled without the --plugin module that registers its "
+            "kernel",
+            "an ATen operator such as torch.special.erfinv or torch.cumprod, which the "
+            "target has no kernel for and which does not decompose into operators it has",
+        ),
+        what_to_do=(
+            "register the named kernel with exirc.runtime.register_kernel in a module, and "
+            "pass it with --plugin to both `exirc compile` and `exirc run`",
+            "for a custom operator, the kernel is for its .out overload if it defines one "
+            "(then ExecuTorch's runtime can run the program too, given the kernel), else "
+            "for the operator itself: a functional kernel whose result exirc copies into "
+            "planned memory",
+            "or change the model to compute the same with supported operators",
+        ),
+        example=(
+            "error[E0401]: operator aten::erfinv is not supported: target 'portable' has no "
+            "kernel for it (aten::erfinv.out), and it has no decomposition into core ATen "
+            "ops; used at model.py:6: return torch.special.erfinv(x) [%erfinv, module "
+            "'block' (Block)]\n"
+            "  hint: register a kernel for aten::erfinv.out (exirc.runtime.register_kernel) "
+            "in a module you pass with --plugin to both `exirc compile` and `exirc run`, or "
+            "change the model to avoid it"
         ),
     ),
     ErrorDoc(

@@ -56,3 +56,40 @@ def is_edge_op(target: Any) -> bool:
     if target.is_view:
         return False  # views must have become copies
     return torch.Tag.core in target.tags or target in _copy_twins()
+
+
+# Namespaces of torch's own operators. An OpOverload from any other namespace
+# is a custom operator (`torch.library.custom_op`, `TORCH_LIBRARY`), which the
+# Edge dialect admits as the model calls it: only a kernel can run it.
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_prims", "quantized", "debugprims"})
+
+
+def is_custom_op(target: Any) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and \
+        target.namespace not in _TORCH_NAMESPACES
+
+
+@functools.lru_cache(maxsize=1)
+def _to_edge_table() -> frozenset[Any]:
+    from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
+
+    return frozenset(torch.export.default_decompositions().keys()) | \
+        frozenset(EXTRA_DECOMPOSITIONS)
+
+
+def has_decomposition(target: Any) -> bool:
+    """Whether the `to_edge` pass lowers `target` to core ATen ops.
+
+    Ops only torch's wider table decomposes (often into `prims`) do not count:
+    `to_edge` keeps them, as the user's op beats one they never wrote."""
+    return target in _to_edge_table()
+
+
+def outside_op_set(target: Any) -> bool:
+    """An op the Edge dialect admits only with a kernel for it: a custom op, or
+    a non-view ATen op that is not core and has no decomposition into core ops
+    (as ExecuTorch's `_core_aten_ops_exception_list` admits ops by hand)."""
+    if is_custom_op(target):
+        return True
+    return isinstance(target, torch._ops.OpOverload) and target.namespace == "aten" and \
+        not target.is_view and not is_edge_op(target) and not has_decomposition(target)

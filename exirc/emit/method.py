@@ -216,8 +216,13 @@ class MethodEmitter:
 
     def kernel_call(self, node: Node) -> None:
         schema = schema_of(node.target)
+        # A functional call into planned memory (plan/functional_ops.py) passes
+        # its outs as result slots only: the kernel it calls has no outs.
+        into_results = getattr(node.target, "outs_are_results", False)
         args = []
         for position, argument in enumerate(schema.arguments):
+            if into_results and argument.is_out:
+                continue
             if argument.kwarg_only or position >= len(node.args):
                 if argument.name in node.kwargs:
                     value = node.kwargs[argument.name]

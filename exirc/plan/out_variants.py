@@ -17,10 +17,12 @@ from torch.fx import Node
 
 from exirc.backend.ops import BackendOp
 from exirc.control_flow import WHILE_LOOP, is_control_flow, subgraphs
+from exirc.edge.ops import is_custom_op
 from exirc.errors import UnsupportedOperatorError
 from exirc.passes.contract import Pass, PassResult
 from exirc.plan.alloc import alloc
 from exirc.plan.control_flow import copy_passthrough_results, to_out_form
+from exirc.plan.functional_ops import functional_call
 from exirc.source import source_location
 
 if TYPE_CHECKING:
@@ -40,11 +42,16 @@ def _signature(schema: torch._C.FunctionSchema) -> list[tuple[str, str]]:
 def out_variant(target: Any) -> Any:
     """The out-variant of a call target, or None if it has none.
 
-    A backend op carries its out-variant schema, so it is its own.
+    A backend op carries its out-variant schema, so it is its own. A custom
+    op with no out overload is called functionally into planned memory
+    (`exirc.plan.functional_ops`).
     """
     if isinstance(target, BackendOp):
         return target if target.out_names else None
-    return _aten_out_variant(target)
+    found = _aten_out_variant(target)
+    if found is None and is_custom_op(target):
+        return functional_call(target)
+    return found
 
 
 @functools.cache

@@ -90,6 +90,11 @@ class KernelRegistry:
         self._kernels[key] = Kernel(key, schema, fn)
         return fn
 
+    def operator_names(self) -> frozenset[str]:
+        """The operators registered here (and in parents), spelled as a target's
+        kernel list spells them: `ns::name` for a default overload."""
+        return frozenset(key.removesuffix(".default") for key in self._kernels)
+
     def find(self, name: str, overload: str) -> Kernel | None:
         kernel = self._kernels.get(operator_key(name, overload))
         return kernel or backend_kernel(name, overload) or aten_kernel(name, overload)

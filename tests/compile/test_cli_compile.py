@@ -292,8 +292,8 @@ FAILURES = {
     "unsupported": (UNSUPPORTED, [], 4,
                     "error[E0400]: target 'portable' cannot run 1 op: aten::avg_pool3d.out "
                     "(no kernel): %avg_pool3d at model.py:5: "),
-    "not_edge": (NOT_EDGE, [], 3, "error[E0330]: node %lgamma (aten.lgamma.default) at "
-                                  "model.py:5: return torch.lgamma(x.abs() + 1) is not an Edge op"),
+    "not_edge": (NOT_EDGE, [], 4, "error[E0401]: operator aten::lgamma is not supported: "
+                                  "target 'portable' has no kernel for it (aten::lgamma.out)"),
     "bad_pipeline": (MLP, ["--pipeline", "bad.yaml"], 2,
                      "error[E0200]: bad.yaml: unknown stage(s) ['optimize']"),
 }

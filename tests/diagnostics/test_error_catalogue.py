@@ -198,6 +198,13 @@ def verify_swapped_relu(directory: Path, plugin: str) -> list[str]:
     return ["compile", "model.py", "--pipeline", "swap.yaml", "--verify"]
 
 
+def without_to_edge(directory: Path, plugin: str) -> list[str]:
+    """`exirc compile` of MLP with an edge stage that forgets to_edge: a pipeline bug."""
+    write(directory, "model.py", MLP)
+    write(directory, "no_to_edge.yaml", "stages:\n  edge:\n    - views_to_copies\n")
+    return ["compile", "model.py", "--pipeline", "no_to_edge.yaml"]
+
+
 def inspect_bytes(data: bytes) -> Callable[[Path, str], list[str]]:
     """`exirc inspect bad.pte` of a file holding `data`."""
 
@@ -250,11 +257,12 @@ CASES = [
                    "Float, __ret_0: Long) at model.py:5: return x * y; ") + ".+",
          exactly("cast the inputs (`.to(dtype)`) to a supported combination, or fix the pass "
                  "that made this node (every combination: exirc/edge/dtype_constraints.yaml)")),
-    Case("E0330", 3, compile_model(NOT_EDGE),
-         re.escape("node %lgamma (aten.lgamma.default) at model.py:5: "
-                   "return torch.lgamma(x.abs() + 1) is not an Edge op"),
-         exactly("the Edge dialect admits core ATen ops; add a decomposition for it, or run "
-                 "the to_edge and views_to_copies passes before")),
+    Case("E0330", 3, without_to_edge,
+         re.escape("node %linear (aten.linear.default) at model.py:13: "
+                   "return self.fc2(torch.relu(self.fc1(x))) is not an Edge op"),
+         exactly("the to_edge pass decomposes it into core ATen ops: run to_edge before, and "
+                 "check that no later pass made this node (`exirc compile "
+                 "--print-ir-after-all`)")),
     Case("E0340", 3, run_program(bad_add_program, "--random"),
          re.escape("while executing instruction 0 (aten::add.out) of method 'forward': "
                    "RuntimeError: The size of tensor a (3) must match the size of tensor b (2)")
@@ -275,6 +283,13 @@ CASES = [
                    "%avg_pool3d at model.py:5: ") + ".+",
          exactly("use --target exirc, or register a backend op with a kernel for it, or "
                  "decompose it into supported ops")),
+    Case("E0401", 4, compile_model(NOT_EDGE),
+         re.escape("operator aten::lgamma is not supported: target 'portable' has no kernel "
+                   "for it (aten::lgamma.out), and it has no decomposition into core ATen ops; "
+                   "used at model.py:5: return torch.lgamma(x.abs() + 1) [%lgamma]"),
+         exactly("register a kernel for aten::lgamma.out (exirc.runtime.register_kernel) in a "
+                 "module you pass with --plugin to both `exirc compile` and `exirc run`, or "
+                 "change the model to avoid it")),
     Case("E0500", 5, verify_swapped_relu,
          re.escape("method 'forward' differs from eager PyTorch on the example inputs (rtol "
                    "0.0001, atol 1e-05)\n    output_0: max abs error ") + r".+\n"

@@ -25,7 +25,7 @@ PORTABLE_PASSES = {
     "edge": ["to_edge", "remove_assertions", "views_to_copies", "scalars_to_tensors",
              "remove_noop_copies", "constant_fold", "dead_code_elimination"],
     "backend": ["sym_prims"],
-    "plan": ["alias_views", "to_out_variants", "memory_plan"],
+    "plan": ["write_back_state", "alias_views", "to_out_variants", "memory_plan"],
 }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from exirc.errors import UnsupportedOperatorError, UsageError
+from exirc.errors import OperatorNotSupportedError, UnsupportedOperatorError, UsageError
 from exirc.plan.out_variants import out_variant
 from exirc.source import source_location
 
@@ -84,6 +84,78 @@ def _missing_kernel(op: Any, available: frozenset[str]) -> str | None:
         return "no kernel"
     out_name = kernel_name(out)
     return None if out_name in available else f"no kernel for {out_name}"
+
+
+def needed_kernel(op: Any) -> str | None:
+    """The kernel a program needs for the Edge op `op`: its out-variant's (or
+    for a custom op without one, its own); None if it has no out form."""
+    out = out_variant(op)
+    return None if out is None else kernel_name(out)
+
+
+def _use(node: Node) -> str:
+    """`model.py:4: y = f(x) [%f, module 'block.act' (Act)]`, for messages."""
+    where = source_location(node)
+    about = f"%{node.name}"
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        path, kind = list(stack.values())[-1]
+        name = kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
+        if path:
+            about += f", module {path!r} ({name})"
+    return f"{where} [{about}]" if where else about
+
+
+def check_kept_operators(graph_module: GraphModule, target: str,
+                         extra: Iterable[str] = ()) -> frozenset[Any]:
+    """The ops of an Edge graph outside the Edge op set (`outside_op_set`: custom
+    ops, ATen ops with no decomposition) that `target` or `extra` kernels run.
+
+    Raises OperatorNotSupportedError naming every such op with no kernel, each
+    with its uses (source line and module) and what the model's author can do.
+    """
+    from exirc.edge.ops import is_custom_op, outside_op_set
+
+    available = kernels_for_target(target, extra)
+    kept: set[Any] = set()
+    missing: dict[Any, list[str]] = {}
+    for node in _calls(graph_module):
+        op = node.target
+        if not outside_op_set(op):
+            continue
+        needed = needed_kernel(op)
+        if needed is not None and needed in available:
+            kept.add(op)
+        else:
+            missing.setdefault(op, []).append(_use(node))
+    if not missing:
+        return frozenset(kept)
+    parts, kernels = [], []
+    for op, uses in missing.items():
+        name = kernel_name(op)
+        needed = needed_kernel(op)
+        what = f"custom operator {name}" if is_custom_op(op) else f"operator {name}"
+        if needed is None:
+            why = "its results are not all tensors, so there is no memory to plan for them"
+        elif is_custom_op(op):
+            why = (f"no kernel for {needed} is registered (target {target!r} has none of "
+                   "its own)")
+            kernels.append(needed)
+        else:
+            why = (f"target {target!r} has no kernel for it ({needed}), and it has no "
+                   "decomposition into core ATen ops")
+            kernels.append(needed)
+        parts.append(f"{what}: {why}; used at {_shorten(uses)}")
+    if len(parts) == 1:
+        message = parts[0].replace(": ", " is not supported: ", 1)
+    else:
+        message = f"{len(parts)} operators are not supported: " + "; ".join(parts)
+    hint = "change the model to avoid it"
+    if kernels:
+        hint = (f"register a kernel for {', '.join(kernels)} (exirc.runtime.register_kernel) "
+                "in a module you pass with --plugin to both `exirc compile` and `exirc run`, "
+                "or change the model to avoid it")
+    raise OperatorNotSupportedError(message, hint=hint)
 
 
 def _shorten(uses: list[str], shown: int = 3) -> str:

@@ -1,0 +1,37 @@
+"""`--plugin MODULE`: import a user's module for what it registers (kernels, backends).
+
+`exirc compile` and `exirc run` take the same plugins: at compile time the
+kernels a plugin registers tell the kernel check which custom operators will
+run; at run time they run them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from exirc.errors import UsageError
+
+
+def import_plugin(plugin: str) -> None:
+    """Import a module by name, or a .py file by path, for its registrations."""
+    try:
+        if plugin.endswith(".py") or os.sep in plugin:
+            file = Path(plugin)
+            if not file.is_file():
+                raise UsageError(f"no such plugin file: {plugin}")
+            spec = importlib.util.spec_from_file_location(file.stem, file)
+            if spec is None or spec.loader is None:
+                raise UsageError(f"cannot import the plugin file {plugin}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[file.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            importlib.import_module(plugin)
+    except ImportError as error:
+        raise UsageError(f"cannot import the plugin {plugin!r}: {error}",
+                         hint="give a module name on PYTHONPATH, or the path of a .py file"
+                         ) from None
