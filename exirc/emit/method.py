@@ -23,10 +23,12 @@ from exirc.emit.constants import ConstantTable
 from exirc.emit.control_flow import emit_control_flow
 from exirc.emit.frames import program_frames
 from exirc.emit.values import ValueTable
-from exirc.errors import InternalError, UnsupportedOperatorError
+from exirc.errors import InternalError, UnsupportedOperatorError, UsageError
 from exirc.plan.alloc import is_alloc
 from exirc.plan.control_flow import is_out_form
 from exirc.plan.views import alias_view
+from exirc.plan.write_back import MUTATION_KINDS
+from exirc.state import STATE_MEMORY_ID, StateSlot, state_slot
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -37,7 +39,9 @@ ARENA_ID = 1
 def operator_name(target: Any) -> tuple[str, str]:
     """(name, overload) of a kernel, e.g. ("aten::add", "out")."""
     if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name, target._overloadname
+        # ExecuTorch names a default overload by its bare name (`aten::copy_`).
+        overload = target._overloadname
+        return target._schema.name, "" if overload == "default" else overload
     name = getattr(target, "kernel_name", None)  # backend ops carry their own
     if isinstance(name, tuple):
         return name
@@ -69,8 +73,10 @@ class MethodEmitter:
         # carry traced frames (<eval_with_key>), not the user's.
         self._enclosing_frames: list[list[P.Frame]] = []
         self._false_value: int | None = None
+        self.state_bytes = 0  # the end of the last state slot this method uses
 
     def emit(self) -> P.ExecutionPlan:
+        _check_no_mutation_outputs(self.program)
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs
                  if isinstance(s.arg, TensorArgument)}
         for node in self.program.graph_module.graph.nodes:
@@ -156,6 +162,10 @@ class MethodEmitter:
 
     def placeholder(self, node: Node, spec: Any) -> None:
         fake = node.meta["val"]
+        slot = state_slot(node)
+        if slot is not None and spec is not None:
+            self.state(node, spec.target, slot)
+            return
         if spec is not None and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
                                               InputKind.CONSTANT_TENSOR):
             tensor = self._constant(spec.target)
@@ -170,6 +180,18 @@ class MethodEmitter:
         index = self.table.tensor(fake, allocation=self._allocation(node))
         self.table.of_node[node] = index
         self.inputs.append(index)
+
+    def state(self, node: Node, target: str, slot: StateSlot) -> None:
+        """Program state: planned in the state arena, with its initial value and name."""
+        index = self.table.tensor(
+            node.meta["val"],
+            data_buffer_idx=self.constants.add_state(self._constant(target), slot.name),
+            allocation=P.AllocationDetails.at(STATE_MEMORY_ID, slot.offset))
+        value = self.table.values[index]
+        assert isinstance(value, P.Tensor)
+        value.extra_tensor_info = P.ExtraTensorInfo(fully_qualified_name=slot.name)
+        self.table.of_node[node] = index
+        self.state_bytes = max(self.state_bytes, slot.offset + slot.nbytes)
 
     def _constant(self, target: str) -> torch.Tensor:
         if target in self.program.constants:
@@ -253,6 +275,12 @@ class MethodEmitter:
             # as the runtime's kernel wrappers expect; getitem reads its items.
             self.table.of_node[node] = items
             return [self.table.add(P.TensorList(items))]
+        written = _written_in_place(node, schema)
+        if written is not None:
+            # An in-place op (`copy_`) returns the tensor it writes into.
+            index = self.table.argument(written, "Tensor")
+            self.table.of_node[node] = index
+            return [index]
         # No outs: the op returns a scalar (a size, a comparison) into a fresh
         # value that the instruction overwrites at run time.
         index = self.table.add(_scalar_result(schema, node.meta.get("val")))
@@ -273,6 +301,26 @@ class MethodEmitter:
             encoded_inp_str=treespec_dumps(spec.in_spec) if spec.in_spec else "",
             encoded_out_str=treespec_dumps(spec.out_spec) if spec.out_spec else "",
         )
+
+
+def _written_in_place(node: Node, schema: torch._C.FunctionSchema) -> Node | None:
+    """The argument an in-place op writes and returns (`self` of `copy_`), if any."""
+    for position, argument in enumerate(schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write \
+                and position < len(node.args) and isinstance(node.args[position], Node):
+            return node.args[position]  # type: ignore[return-value]
+    return None
+
+
+def _check_no_mutation_outputs(program: ExportedProgram) -> None:
+    """A method returns what the model returns: updates of buffers are state."""
+    left = [str(spec.target) for spec in program.graph_signature.output_specs
+            if spec.kind in MUTATION_KINDS]
+    if left:
+        raise UsageError(f"the pipeline leaves updates of {', '.join(left)} as outputs of "
+                         "the method, so the program would not keep them",
+                         hint="add the `write_back_state` pass to the plan stage, before "
+                              "to_out_variants (see `exirc compile --print-pipeline`)")
 
 
 def _scalar_result(schema: torch._C.FunctionSchema, value: Any) -> P.EValue:

@@ -73,6 +73,12 @@ def _returns_tensors(target: Any) -> bool:
     return any("Tensor" in str(r.type) for r in target._schema.returns)
 
 
+def _in_place(target: Any) -> bool:
+    """Whether `target` writes into an argument that is not an out (`copy_`)."""
+    return any(a.alias_info is not None and a.alias_info.is_write and not a.is_out
+               for a in target._schema.arguments)
+
+
 def out_arguments(target: Any) -> list[torch._C.Argument]:
     return [a for a in target._schema.arguments if a.is_out]
 
@@ -135,8 +141,10 @@ class ToOutVariants(Pass):
             if node.op != "call_function" or \
                     not isinstance(target, (torch._ops.OpOverload, BackendOp)):
                 continue
-            if not _returns_tensors(target) or _passes_outs(node):
-                continue  # size arithmetic (sym_size, prims) writes Int values
+            if not _returns_tensors(target) or _passes_outs(node) or _in_place(target):
+                # size arithmetic (sym_size, prims) writes Int values; an in-place
+                # op (the `copy_` of write_back_state) writes into its argument
+                continue
             out_op = out_variant(target)
             if out_op is None:
                 where = source_location(node)
