@@ -101,7 +101,7 @@ def _assert_calls(got: list[list[torch.Tensor]], expected: list[list[torch.Tenso
     for call, (outs, wants) in enumerate(zip(got, expected)):
         assert len(outs) == len(wants), f"call {call + 1}: {len(outs)} outputs"
         for out, want in zip(outs, wants):
-            torch.testing.assert_close(out, want, msg=lambda m: f"call {call + 1}: {m}")
+            torch.testing.assert_close(out, want, msg=lambda m, n=call + 1: f"call {n}: {m}")
 
 
 @pytest.mark.parametrize("target", ["portable", "exirc"])
