@@ -8,7 +8,9 @@ lists of them. The rules:
   * dtypes and shapes must be equal (a float64 result where float32 was
     expected is a mismatch, however close the numbers);
   * floating-point elements are close when |a - e| <= atol + rtol * |e|
-    (torch.isclose); NaN equals NaN, and an infinity equals the same infinity;
+    (torch.isclose), with the tolerance of the expected dtype (float16 and
+    bfloat16 looser, `exirc.diagnostics.tolerance`); NaN equals NaN, and an
+    infinity equals the same infinity;
   * integers and bools must be equal.
 
 A `Difference` says whether they match and, when not, where the worst
@@ -18,7 +20,7 @@ element is and by how much.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,7 @@ import torch
 
 from exirc.diagnostics.tolerance import Tolerance
 
-__all__ = ["Difference", "Tolerance", "compare", "number", "preview", "worst"]
+__all__ = ["Difference", "Tolerance", "compare", "float_dtypes", "number", "preview", "worst"]
 
 PREVIEW_VALUES = 6
 
@@ -70,6 +72,23 @@ def compare(actual: Any, expected: Any, tolerance: Tolerance) -> Difference:
             return Difference(False, problem=f"a {type(actual).__name__}, expected a tensor")
         return _compare_tensors(actual, expected, tolerance)
     return _compare_scalars(actual, expected, tolerance)
+
+
+def float_dtypes(values: Iterable[Any]) -> list[str]:
+    """The names of the floating-point dtypes among the tensors in `values` (nested
+    lists too), for `Tolerance.describe` and `Tolerance.loosest`."""
+    names: list[str] = []
+    for value in values:
+        value = _as_tensor(value)
+        if isinstance(value, (list, tuple)):
+            found = float_dtypes(value)
+        elif isinstance(value, torch.Tensor) and (value.is_floating_point() or
+                                                  value.is_complex()):
+            found = [dtype_name(value.dtype)]
+        else:
+            found = []
+        names.extend(name for name in found if name not in names)
+    return names
 
 
 def worst(differences: Sequence[Difference]) -> float:
@@ -145,7 +164,8 @@ def _compare_scalars(actual: Any, expected: Any, tolerance: Tolerance) -> Differ
     if isinstance(expected, float) or isinstance(actual, float):
         a, e = float(actual), float(expected)
         error = _scalar_error(a, e)
-        ok = math.isclose(a, e, rel_tol=tolerance.rtol, abs_tol=tolerance.atol) or \
+        rtol, atol = tolerance.for_dtype(None)
+        ok = math.isclose(a, e, rel_tol=rtol, abs_tol=atol) or \
             (math.isnan(a) and math.isnan(e)) or a == e
         rel = error / abs(e) if e and math.isfinite(e) else 0.0
         return Difference(ok, 0.0 if ok and not math.isfinite(error) else error, rel,
@@ -180,12 +200,12 @@ def _compare_tensors(actual: torch.Tensor, expected: torch.Tensor,
     if count == 0:
         return Difference(True)
     a, e = actual.detach(), expected.detach()
+    rtol, atol = tolerance.for_dtype(dtype_name(e.dtype))
     if e.is_complex():
         a, e = torch.view_as_real(a), torch.view_as_real(e)
     if e.is_floating_point():
         a64, e64 = a.to(torch.float64), e.to(torch.float64)
-        close = torch.isclose(a64, e64, rtol=tolerance.rtol, atol=tolerance.atol,
-                              equal_nan=True)
+        close = torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
         diff = (a64 - e64).abs()
         # Equal infinities subtract to NaN, and so do two NaNs: both are matches.
         # An unmatched NaN or infinity is the worst error there is.
@@ -203,7 +223,7 @@ def _compare_tensors(actual: torch.Tensor, expected: torch.Tensor,
     if mismatched == 0:
         return Difference(True, max_abs, max_rel, count=count)
     # The element furthest beyond its own tolerance.
-    excess = torch.where(close, -math.inf, diff - (tolerance.atol + tolerance.rtol * magnitude))
+    excess = torch.where(close, -math.inf, diff - (atol + rtol * magnitude))
     flat_index = int(excess.reshape(-1).argmax().item())
     at = tuple(int(i) for i in numpy.unravel_index(flat_index, tuple(a.shape)))
     return Difference(False, max_abs, max_rel, at=at, actual=a[at].item(),

@@ -91,6 +91,16 @@ class Divergence:
         return lines
 
 
+class LocalizeError(Exception):
+    """Torch could not run a node of the planned graph; the message is one line."""
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for a failure to localize: `ValueError: first line of its message`."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return first if isinstance(error, LocalizeError) else f"{type(error).__name__}: {first}"
+
+
 def first_divergence(program: LoadedProgram, method: str, planned: ExportedProgram,
                      instruction_nodes: Sequence[Node], inputs: Sequence[torch.Tensor],
                      tolerance: Tolerance, kernels: KernelRegistry,
@@ -175,7 +185,15 @@ class _Recorder(Interpreter):
         if is_alloc(n):
             fake = n.meta["val"]
             return torch.empty([self._size(d) for d in fake.shape], dtype=fake.dtype)
-        value = super().run_node(n)
+        try:
+            value = super().run_node(n)
+        except LocalizeError:
+            raise  # from a node of a subgraph, already named
+        except Exception as error:
+            target = str(n.target) if isinstance(n.target, (str, torch._ops.OpOverload)) \
+                else getattr(n.target, "__name__", str(n.target))
+            raise LocalizeError(f"torch cannot run node %{n.name} ({target}) of the "
+                                f"planned graph: {describe_failure(error)}") from error
         if n.op == "call_function":
             self.values.setdefault(n, []).append(value)
         return value
@@ -183,6 +201,8 @@ class _Recorder(Interpreter):
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if target in OUT_FORM_OPS:
             args = tuple(self._recording(a) if isinstance(a, GraphModule) else a for a in args)
+        elif isinstance(target, torch._ops.OpOverload):
+            kwargs = _schema_kwargs(target, kwargs)
         return super().call_function(target, args, kwargs)
 
     def _recording(self, module: GraphModule) -> Callable[..., Any]:
@@ -197,6 +217,20 @@ class _Recorder(Interpreter):
             return int(dim.node.expr.xreplace(self.sizes))
         except (TypeError, ValueError):
             return 0  # a size known only at run time: the out= kernel resizes it
+
+
+def _schema_kwargs(target: torch._ops.OpOverload, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` without those `target`'s schema does not take.
+
+    An out-variant node keeps the tensor options of the functional call it
+    was made from (`arange(..., dtype=f32, layout=..., out=%alloc)`,
+    `_to_copy(x, dtype=f16, out=%alloc)`): the out tensor decides them, so the
+    out overload takes none, and the emitter leaves them out too.
+    """
+    names = {argument.name for argument in target._schema.arguments}
+    if all(name in names for name in kwargs):
+        return kwargs
+    return {name: value for name, value in kwargs.items() if name in names}
 
 
 # ---------------------------------------------------------------------------

@@ -26,8 +26,8 @@ import torch
 from torch.export.graph_signature import OutputKind
 
 from exirc.diagnostics.bundle import Bundle, make_bundle
-from exirc.diagnostics.compare import Difference, Tolerance, compare, worst
-from exirc.diagnostics.localize import PLANNED, Divergence, first_divergence
+from exirc.diagnostics.compare import Difference, Tolerance, compare, float_dtypes, worst
+from exirc.diagnostics.localize import PLANNED, Divergence, describe_failure, first_divergence
 from exirc.diagnostics.reference import Reference, ReferenceCase, prepare
 from exirc.diagnostics.tolerance import DEFAULT_TOLERANCE
 from exirc.errors import InputError, VerificationError
@@ -96,7 +96,11 @@ class VerificationReport:
         where = f" in {cases} cases" if cases > 1 else ""
         verb = "matches" if count == 1 else "match"
         return (f"{count} output{'' if count == 1 else 's'}{where} {verb} eager PyTorch "
-                f"(max abs error {self.max_abs:.3g}; {self.tolerance.describe()})")
+                f"(max abs error {self.max_abs:.3g}; {self.tolerance.describe(self._dtypes())})")
+
+    def _dtypes(self, cases: Sequence[CaseResult] | None = None) -> list[str]:
+        """The floating-point dtypes of the outputs compared, which set the tolerance."""
+        return float_dtypes(c.case.expected for c in (self.cases if cases is None else cases))
 
     def failure_message(self) -> str:
         """What differs, and for each failing method where it starts diverging."""
@@ -107,7 +111,7 @@ class VerificationReport:
             origin = case.case.origin
             lines.append(f"{label} differs from eager PyTorch on "
                          f"{'the ' if origin == 'example inputs' else ''}{origin} "
-                         f"({self.tolerance.describe()})")
+                         f"({self.tolerance.describe(self._dtypes([case]))})")
             lines.extend(f"    {failure}" for failure in case.failures())
             if case.divergence is not None:
                 lines.extend(f"    {line}" for line in case.divergence.lines())
@@ -195,7 +199,8 @@ def bundle_references(result: CompileResult, references: dict[str, Reference],
             for position, value in zip(positions, case.expected):
                 expected[position] = value
             cases.append((name, case.inputs, expected, case.call))
-    return make_bundle(cases, tolerance.rtol, tolerance.atol)
+    # One tolerance for the bundle: the loosest its outputs' dtypes get by default.
+    return make_bundle(cases, *tolerance.loosest(float_dtypes(c[2] for c in cases)))
 
 
 def user_outputs(planned: ExportedProgram, count: int) -> list[int]:
@@ -250,7 +255,7 @@ def _localize(checked: CaseResult, program: LoadedProgram, planned: ExportedProg
             kernels, captured=lambda: _captured_graph(reference))
     except Exception as error:  # noqa: BLE001 (the mismatch stands; only its location is lost)
         checked.localization_note = (f"(could not localize the difference: "
-                                     f"{type(error).__name__}: {error})")
+                                     f"{describe_failure(error)})")
         return
     if checked.divergence is None:
         checked.localization_note = (
