@@ -89,7 +89,11 @@ class CompileResult:
         write_atomically(Path(path), self.data)
 
 
-def _verifiers(target: str) -> dict[str, Verifier]:
+def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, Verifier]:
+    """Each stage's verifier; `kernels` names operators with a registered kernel (a
+    --plugin's) beyond the target's, so ops only a plugin runs (custom ops) pass."""
+    import functools
+
     from exirc.aten.verify import verify_aten
     from exirc.backend.kernels import check_kernels
     from exirc.backend.verify import verify_backend
@@ -97,16 +101,22 @@ def _verifiers(target: str) -> dict[str, Verifier]:
     from exirc.plan.verify import verify_memory_plan
 
     def verify_plan(program: ExportedProgram) -> None:
-        check_kernels(program.graph_module, target)
+        check_kernels(program.graph_module, target, kernels)
         verify_memory_plan(program)  # the final plan, after every plan pass
 
-    return {"aten": verify_aten, "edge": verify_edge, "backend": verify_backend,
+    return {"aten": verify_aten,
+            "edge": functools.partial(verify_edge, target=target, kernels=kernels),
+            "backend": functools.partial(verify_backend, target=target, kernels=kernels),
             "plan": verify_plan}
 
 
 def compile_methods(methods: dict[str, ExportedProgram],
-                    options: CompileOptions = CompileOptions()) -> CompileResult:
-    """ATen-dialect methods (from torch.export) -> a serialized program."""
+                    options: CompileOptions = CompileOptions(),
+                    kernels: KernelRegistry | None = None) -> CompileResult:
+    """ATen-dialect methods (from torch.export) -> a serialized program.
+
+    Operators with a kernel in `kernels` (default: exirc.runtime's registry, where
+    plugins register) pass the kernel checks as the target's own do."""
     from exirc.emit import emit_methods
     from exirc.passes.pipeline import load_pipeline
     from exirc.plan.limits import check_arena_limit
@@ -118,7 +128,8 @@ def compile_methods(methods: dict[str, ExportedProgram],
                                  print_ir_diff=options.print_ir_diff,
                                  dump_dir=options.dump_dir)
     report = CompileReport(instrument=instrument)
-    verifiers = _verifiers(pipeline.target) if options.verify_stages else {}
+    verifiers = _verifiers(pipeline.target, _registered(kernels)) \
+        if options.verify_stages else {}
     planned = {}
     for name, exported in methods.items():
         # aten -> edge -> backend -> plan, each stage's verifier after it
@@ -135,6 +146,12 @@ def compile_methods(methods: dict[str, ExportedProgram],
     report.stage_seconds["serialize"] = time.perf_counter() - started
     _fill_report(report, program, planned, len(data))
     return CompileResult(program, data, report, planned, emitted.instruction_nodes)
+
+
+def _registered(kernels: KernelRegistry | None) -> frozenset[str]:
+    from exirc.runtime.kernels import KERNELS
+
+    return (KERNELS if kernels is None else kernels).operator_names()
 
 
 def _fill_report(report: CompileReport, program: P.Program,
@@ -175,7 +192,7 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
     started = time.perf_counter()
     exported = {name: capture(source) for name, source in sources.items()}
     capture_seconds = time.perf_counter() - started
-    result = compile_methods(exported, options)
+    result = compile_methods(exported, options, kernels)
     result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
     if references is not None:
         result.report.stage_seconds["eager"] = eager_seconds
@@ -204,7 +221,7 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
     eager_seconds = time.perf_counter() - eager_started
     exported = {name: capture(source) for name, source in loaded.methods.items()}
     capture_seconds = time.perf_counter() - started - eager_seconds
-    result = compile_methods(exported, options)
+    result = compile_methods(exported, options, kernels)
     result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
     if references is not None:
         result.report.stage_seconds["eager"] = eager_seconds

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from exirc.cli.plugins import import_plugin
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
 
@@ -31,6 +32,7 @@ Examples:
   exirc compile model.py --verify -o model.pte           # fail (exit 5) if it differs from eager
   exirc compile model.py --verify --verify-inputs in.npz --atol 1e-4
   exirc compile model.py --verify --bundle -o model.pte  # then: exirc run model.pte --check
+  exirc compile model.py --plugin my_kernels -o m.pte    # custom ops: kernels from a module
 
 \b
 Verification (--verify): the program runs in exirc's interpreter and the
@@ -102,6 +104,9 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--bundle", is_flag=True,
               help="Store the inputs and eager outputs in the program as test cases for "
                    "`exirc run --check`.")
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
+              help="Import a module (name or .py path) that registers kernels, e.g. for "
+                   "custom operators; pass the same to `exirc run`.")
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
@@ -110,8 +115,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     print_ir_after_all: bool, print_ir_after_change: bool,
                     print_ir_diff: bool, dump_dir: Path | None, max_arena: int | None,
                     verify: bool, verify_inputs: tuple[str, ...], rtol: float | None,
-                    atol: float | None, bundle: bool, time_passes: bool, quiet: bool,
-                    verbose: bool) -> None:
+                    atol: float | None, bundle: bool, plugins: tuple[str, ...],
+                    time_passes: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.passes.pipeline import load_pipeline
 
@@ -133,6 +138,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              rtol=rtol, atol=atol, bundle=bundle)
     if not output.parent.is_dir() and str(output.parent):
         raise UsageError(f"cannot write {output}: directory {output.parent} does not exist")
+    for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)
+        import_plugin(plugin)
     with warnings.catch_warnings():
         # torch's own deprecation chatter is not the user's business; exirc's
         # warnings arrive through `warn`. -v keeps everything.
