@@ -65,6 +65,7 @@ class CompileReport:
     arena_bytes: int = 0
     lower_bound_bytes: int = 0
     constant_bytes: int = 0
+    state_bytes: int = 0  # program state: the shared arena of buffers the model updates
     file_bytes: int = 0
     instrument: Instrumentation | None = None
 
@@ -121,8 +122,10 @@ def compile_methods(methods: dict[str, ExportedProgram],
     from exirc.passes.pipeline import load_pipeline
     from exirc.plan.limits import check_arena_limit
     from exirc.serialize import serialize
+    from exirc.state import plan_state
 
     pipeline = load_pipeline(options.target, options.pipeline)
+    plan_state(methods)  # buffers the model updates: program state, not constants
     instrument = Instrumentation(print_ir_after_all=options.print_ir_after_all,
                                  print_ir_after_change=options.print_ir_after_change,
                                  print_ir_diff=options.print_ir_diff,
@@ -157,6 +160,7 @@ def _registered(kernels: KernelRegistry | None) -> frozenset[str]:
 def _fill_report(report: CompileReport, program: P.Program,
                  planned: dict[str, ExportedProgram], file_bytes: int) -> None:
     for plan in program.execution_plan:
+        report.state_bytes = max([report.state_bytes, *plan.non_const_buffer_sizes[2:]])
         for chain in plan.chains:
             report.instructions += len(chain.instructions)
             report.kernel_calls += sum(isinstance(i, P.KernelCall) for i in chain.instructions)
@@ -187,11 +191,11 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
         sources[name] = MethodSource(name, extra_module, tuple(extra_inputs),
                                      shapes[0] if shapes else None, None, "<module>")
     started = time.perf_counter()
-    references = _references(sources, options)
-    eager_seconds = time.perf_counter() - started
-    started = time.perf_counter()
     exported = {name: capture(source) for name, source in sources.items()}
     capture_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    references = _references(sources, exported, options)
+    eager_seconds = time.perf_counter() - started
     result = compile_methods(exported, options, kernels)
     result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
     if references is not None:
@@ -216,11 +220,11 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
     _check_self_check_options(options)
     started = time.perf_counter()
     loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
-    eager_started = time.perf_counter()
-    references = _references(loaded.methods, options)
-    eager_seconds = time.perf_counter() - eager_started
     exported = {name: capture(source) for name, source in loaded.methods.items()}
-    capture_seconds = time.perf_counter() - started - eager_seconds
+    capture_seconds = time.perf_counter() - started
+    eager_started = time.perf_counter()
+    references = _references(loaded.methods, exported, options)
+    eager_seconds = time.perf_counter() - eager_started
     result = compile_methods(exported, options, kernels)
     result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
     if references is not None:
@@ -242,15 +246,21 @@ def _check_self_check_options(options: CompileOptions) -> None:
         raise UsageError(f"tolerances must be >= 0, got rtol {rtol}, atol {atol}")
 
 
-def _references(sources: dict[str, MethodSource], options: CompileOptions
-                ) -> dict[str, Reference] | None:
+def _references(sources: dict[str, MethodSource], exported: dict[str, ExportedProgram],
+                options: CompileOptions) -> dict[str, Reference] | None:
     """Eager outputs for verifying or bundling, computed before any pass runs (a
-    pass may rewrite the captured graphs, and the weights they share, in place)."""
+    pass may rewrite the captured graphs, and the weights they share, in place).
+
+    A method with program state is called several times in a row, so a
+    program that loses an update cannot pass."""
     if not options.self_check:
         return None
-    from exirc.diagnostics.reference import prepare
+    from exirc.diagnostics.reference import STATEFUL_CALLS, prepare
+    from exirc.state import is_stateful, plan_state
 
-    return prepare(sources, options.verify_inputs)
+    plan_state(exported)
+    calls = {name: STATEFUL_CALLS for name, program in exported.items() if is_stateful(program)}
+    return prepare(sources, options.verify_inputs, calls=calls)
 
 
 def _verify_and_bundle(result: CompileResult, references: dict[str, Reference],

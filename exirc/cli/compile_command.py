@@ -161,7 +161,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         f"  {report.instructions} instructions, {report.kernel_calls} kernel calls",
         f"  arena {human_bytes(report.arena_bytes)} "
         f"(lower bound {human_bytes(report.lower_bound_bytes)}), "
-        f"constants {human_bytes(report.constant_bytes)}",
+        f"constants {human_bytes(report.constant_bytes)}"
+        + (f", state {human_bytes(report.state_bytes)} (buffers the model updates, kept from "
+           "run to run)" if report.state_bytes else ""),
     ]
     if verbose:
         for plan in result.program.execution_plan:
