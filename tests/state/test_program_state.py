@@ -208,45 +208,45 @@ def test_bundle_replays_consecutive_calls(tmp_path: Path) -> None:
     assert "forward case 2 (call 3 in a row): pass" in run.stdout
 
 
-def _generate(step, prompt: torch.Tensor, new_tokens: int, prompt_length: int) -> list[int]:
-    logits = step("prefill", prompt[None, :], torch.arange(prompt_length))
-    tokens = [int(logits[0, -1].argmax())]
-    for position in range(prompt_length, prompt_length + new_tokens - 1):
-        logits = step("forward", torch.tensor([[tokens[-1]]]), torch.tensor([position]))
-        tokens.append(int(logits[0, -1].argmax()))
-    return tokens
-
-
 @pytest.fixture(scope="module")
 def kv_decoder() -> tuple[object, bytes]:
+    """examples/generate.py (its generation loop and model), and the compiled decoder."""
     sys.path.insert(0, str(EXAMPLES))
     try:
-        import kv_decoder
+        import generate
     finally:
         sys.path.remove(str(EXAMPLES))
     result = compile_model(str(EXAMPLES / "kv_decoder.py"), CompileOptions(verify=True))
-    return kv_decoder, result.data
+    return generate, result.data
 
 
-def _eager_step(module: torch.nn.Module):
+def _eager_tokens(example: object, prompt: torch.Tensor, new_tokens: int) -> list[int]:
+    """The example's generation loop on the eager model, its cache restored after."""
+    model = example.model
+    saved = {n: b.clone() for n, b in model.named_buffers()}
+
     def step(method: str, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return module(tokens, positions)
-    return step
+            return model(tokens, positions)
+
+    try:
+        return example.generate(step, prompt, new_tokens)
+    finally:
+        for name, buffer in model.named_buffers():
+            buffer.copy_(saved[name])
+
+
+def _prompt(example: object, seed: int) -> torch.Tensor:
+    return torch.randint(0, example.VOCAB, (example.PROMPT,),
+                         generator=torch.Generator().manual_seed(seed))
 
 
 def test_kv_cache_decoder_generates_the_eager_tokens(kv_decoder: tuple[object, bytes]) -> None:
     example, data = kv_decoder
-    prompt = torch.randint(0, example.VOCAB, (example.PROMPT,),
-                           generator=torch.Generator().manual_seed(3))
+    prompt = _prompt(example, 3)
     program = load(data)
-    got = _generate(lambda m, *inputs: program.run(m, list(inputs))[0], prompt, 20,
-                    example.PROMPT)
-    saved = {n: b.clone() for n, b in example.model.named_buffers()}
-    expected = _generate(_eager_step(example.model), prompt, 20, example.PROMPT)
-    for name, buffer in example.model.named_buffers():
-        buffer.copy_(saved[name])
-    assert got == expected
+    got = example.generate(lambda m, *inputs: program.run(m, list(inputs))[0], prompt, 20)
+    assert got == _eager_tokens(example, prompt, 20)
     assert len(set(got)) > 1  # a constant answer would hide a stale cache
 
 
@@ -258,15 +258,9 @@ def test_executorch_runs_our_stateful_files_like_eager(kv_decoder: tuple[object,
     example, data = kv_decoder
     loaded = Runtime.get().load_program(data)
     methods = {name: loaded.load_method(name) for name in ("prefill", "forward")}
-    prompt = torch.randint(0, example.VOCAB, (example.PROMPT,),
-                           generator=torch.Generator().manual_seed(4))
-    got = _generate(lambda m, *inputs: methods[m].execute(inputs)[0], prompt, 12,
-                    example.PROMPT)
-    saved = {n: b.clone() for n, b in example.model.named_buffers()}
-    expected = _generate(_eager_step(example.model), prompt, 12, example.PROMPT)
-    for name, buffer in example.model.named_buffers():
-        buffer.copy_(saved[name])
-    assert got == expected
+    prompt = _prompt(example, 4)
+    got = example.generate(lambda m, *inputs: methods[m].execute(inputs)[0], prompt, 12)
+    assert got == _eager_tokens(example, prompt, 12)
 
     counter = Counter().eval()
     calls = [(torch.randn(3),) for _ in range(3)]
