@@ -132,6 +132,12 @@ class AllocationDetails:
         return cls(memory_id, offset & 0xFFFFFFFF, offset >> 32)
 
 
+# Planned buffers from this id on are shared by every method of a program:
+# ExecuTorch's convention for program state (`share_mutable_buffers` plans it
+# in buffer 2 at the same offsets in every method). Buffer 1 is each method's own.
+FIRST_SHARED_BUFFER = 2
+
+
 @dataclass
 class ExtraTensorInfo:
     """Schema: table ExtraTensorInfo."""

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.export.graph_signature import InputKind, TensorArgument
 
+from exirc import program as P
+
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 # node.meta key on a placeholder that is program state: its StateSlot.
 STATE_META = "exirc_state"
 # The memory id of the state arena (1 is the per-method activation arena).
-STATE_MEMORY_ID = 2
+STATE_MEMORY_ID = P.FIRST_SHARED_BUFFER
 STATE_ALIGNMENT = 16
 
 

@@ -406,7 +406,9 @@ def _render_method(report: MethodMemory, bold: Style) -> list[str]:
 
 def _render_arena(arena: ArenaReport) -> list[str]:
     indent = " " * 19  # continuation lines line up with the figures
-    lines = [f"  arena {arena.memory_id}: {plural(len(arena.tensors), 'planned tensor')}",
+    shared = " (shared by every method, kept from run to run: program state)" \
+        if arena.memory_id >= P.FIRST_SHARED_BUFFER else ""
+    lines = [f"  arena {arena.memory_id}: {plural(len(arena.tensors), 'planned tensor')}{shared}",
              f"    size           {compact_bytes(arena.size)}"]
     if arena.peak_position is None:
         lines.append("    peak live      0 B (nothing is ever live)")

@@ -111,10 +111,7 @@ def check_arena_sizes(plans: list[P.ExecutionPlan], limit: int, why: str) -> Non
              "(`exirc run --max-memory`, or `load(..., max_memory=...)`)")
 
 
-# Buffers from this id on are shared by every method of a program: ExecuTorch's
-# convention for program state (`share_mutable_buffers` plans it in buffer 2
-# at the same offsets in every method). Buffer 1 is each method's own.
-FIRST_SHARED_BUFFER = 2
+FIRST_SHARED_BUFFER = P.FIRST_SHARED_BUFFER
 
 Arena = numpy.typing.NDArray[numpy.uint8]
 

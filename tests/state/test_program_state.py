@@ -131,6 +131,9 @@ def test_state_is_stored_with_its_initial_value_and_shown_by_inspect(tmp_path: P
                            capture_output=True, text=True, check=True).stdout
     assert "state: 1 tensor, 12 B, kept from run to run" in shown
     assert "total: f32[3], 12 B in buffer 2 at 0" in shown
+    memory = subprocess.run([sys.executable, "-m", "exirc", "inspect", str(path), "--show",
+                             "memory"], capture_output=True, text=True, check=True).stdout
+    assert "arena 2: 1 planned tensor (shared by every method, kept from run to run" in memory
     # A fresh load starts from the value at compile time, not zeros.
     assert load(path).run("forward", [torch.zeros(3)])[0].tolist() == [2.0, 4.0, 6.0]
 
