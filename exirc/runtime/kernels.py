@@ -7,11 +7,11 @@ values) into a call: positional arguments, keyword-only ones and outs, and
 the slots where a functional op's results go.
 
 Lookup order for `namespace::name.overload`:
-  1. kernels registered by name: the ExecuTorch prim ops (`prim_ops`) and
-     users' own (`@register_kernel`, or a plugin module that uses it);
-  2. exirc's backend ops (`exirc.backend.ops`, e.g. `exirc::addmm_relu.out`),
-     with the kernels the backend registers for them;
-  3. any ATen operator, straight from torch's op registry and its schema, so
+  1. kernels registered by name: the ExecuTorch prim ops (`prim_ops`), exirc's
+     own backend ops (`exirc_ops`, e.g. `exirc::addmm_relu.out`), and users'
+     own (`@register_kernel`, or a plugin module that uses it, such as one
+     binding a backend op to a pattern);
+  2. any ATen operator, straight from torch's op registry and its schema, so
      every `aten::*.out` op runs without an entry here.
 
 Binding happens once, at load: each KernelCall becomes a closure holding the
@@ -63,7 +63,7 @@ def operator_key(name: str, overload: str) -> str:
 
 class KernelRegistry:
     """Kernels by operator name. Lookups fall back to the parent registry, then to
-    exirc's backend ops and to ATen."""
+    ATen."""
 
     def __init__(self, parent: KernelRegistry | None = None) -> None:
         # Lookups fall through to the parent's entries, never writes.
@@ -97,7 +97,7 @@ class KernelRegistry:
 
     def find(self, name: str, overload: str) -> Kernel | None:
         kernel = self._kernels.get(operator_key(name, overload))
-        return kernel or backend_kernel(name, overload) or aten_kernel(name, overload)
+        return kernel or aten_kernel(name, overload)
 
 
 KERNELS = KernelRegistry()
@@ -140,32 +140,6 @@ def parse_schema(spec: str) -> torch._C.FunctionSchema:
     except RuntimeError as error:
         raise UsageError(f"cannot parse the kernel schema {spec!r}: "
                          f"{str(error).splitlines()[0]}") from None
-
-
-def backend_kernel(name: str, overload: str) -> Kernel | None:
-    """One of exirc's backend ops: its out-variant schema and kernel.
-
-    An op registered without a kernel runs its reference pattern (the
-    functional computation it fuses) and copies the result into `out`.
-    """
-    from exirc.backend.ops import REGISTRY
-
-    op = REGISTRY.get(f"{name}.{overload}")
-    if op is None:
-        return None
-    key = operator_key(name, overload)
-    if op.out_kernel is not None:
-        return Kernel(key, op._schema, op.out_kernel)
-    outs = [arg.name for arg in op._schema.arguments if arg.is_out]
-    if len(outs) != 1:
-        return None
-    out_name, pattern = outs[0], op.pattern
-
-    def run_pattern(*args: Any, **kwargs: Any) -> Any:
-        out = kwargs.pop(out_name)
-        copy_into(out, pattern(*args, **kwargs))
-        return out
-    return Kernel(key, op._schema, run_pattern)
 
 
 def aten_kernel(name: str, overload: str) -> Kernel | None:

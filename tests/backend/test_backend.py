@@ -23,6 +23,7 @@ from exirc.edge.noops import RemoveNoopCopies
 from exirc.edge.scalars import ScalarsToTensors
 from exirc.edge.verify import verify_edge
 from exirc.errors import DialectError, UsageError
+from exirc.runtime.kernels import KERNELS
 from tests.oracle import MLP
 
 aten = torch.ops.aten
@@ -103,9 +104,10 @@ def test_addmm_relu_is_its_pattern_and_its_kernel_agrees(shape: tuple[int, int, 
     assert REGISTRY["exirc::addmm_relu.out"] is addmm_relu
     assert torch.equal(addmm_relu(bias, mat1, mat2), addmm_relu.pattern(bias, mat1, mat2))
     torch.testing.assert_close(addmm_relu(bias, mat1, mat2), eager)
-    assert addmm_relu.out_kernel is not None
+    kernel = KERNELS.find(*addmm_relu.kernel_name)  # the runtime's own (exirc_ops)
+    assert kernel is not None and kernel.schema == addmm_relu._schema
     out = torch.full((m, n), float("nan"))
-    returned = addmm_relu.out_kernel(bias, mat1, mat2, out)
+    returned = kernel.fn(bias, mat1, mat2, out=out)
     assert returned is out
     torch.testing.assert_close(out, eager)
     assert (out >= 0).all()
