@@ -46,13 +46,13 @@ demo: install
 	$(PY) examples/generate.py $(OUT)/kv_decoder.pte
 
 schema: install
-	$(PY) -m exirc.serialize.regenerate
+	$(PY) -m tools.regenerate_schema
 
 bench: install
 	$(PY) bench/run.py --out bench/results
 
 check: install
-	$(PY) -m ruff check exirc tests bench examples
+	$(PY) -m ruff check exirc tests tools bench examples
 	$(PY) -m mypy
 	$(PY) -m pytest -q -m smoke
 

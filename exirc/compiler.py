@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exirc import program as P
 from exirc.diagnostics.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
 from exirc.errors import UsageError
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
+from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
     from exirc.capture import MethodSource
+    from exirc.diagnostics.eager_check import VerificationReport
     from exirc.diagnostics.reference import Reference
-    from exirc.diagnostics.verify import VerificationReport
     from exirc.runtime.kernels import KernelRegistry
 
 
@@ -96,9 +96,9 @@ def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, 
     import functools
 
     from exirc.aten.verify import verify_aten
-    from exirc.backend.kernels import check_kernels
     from exirc.backend.verify import verify_backend
     from exirc.edge.verify import verify_edge
+    from exirc.plan.kernels import check_kernels
     from exirc.plan.verify import verify_memory_plan
 
     def verify_plan(program: ExportedProgram) -> None:
@@ -119,10 +119,10 @@ def compile_methods(methods: dict[str, ExportedProgram],
     Operators with a kernel in `kernels` (default: exirc.runtime's registry, where
     plugins register) pass the kernel checks as the target's own do."""
     from exirc.emit import emit_methods
+    from exirc.ir.state import plan_state
     from exirc.passes.pipeline import load_pipeline
     from exirc.plan.limits import check_arena_limit
     from exirc.serialize import serialize
-    from exirc.state import plan_state
 
     pipeline = load_pipeline(options.target, options.pipeline)
     plan_state(methods)  # buffers the model updates: program state, not constants
@@ -256,7 +256,7 @@ def _references(sources: dict[str, MethodSource], exported: dict[str, ExportedPr
     if not options.self_check:
         return None
     from exirc.diagnostics.reference import STATEFUL_CALLS, prepare
-    from exirc.state import is_stateful, plan_state
+    from exirc.ir.state import is_stateful, plan_state
 
     plan_state(exported)
     calls = {name: STATEFUL_CALLS for name, program in exported.items() if is_stateful(program)}
@@ -267,8 +267,8 @@ def _verify_and_bundle(result: CompileResult, references: dict[str, Reference],
                        options: CompileOptions, kernels: KernelRegistry | None) -> None:
     """Verify first (a mismatch raises, so nothing is bundled or written), then bundle."""
     from exirc.diagnostics.bundle import write_bundle
+    from exirc.diagnostics.eager_check import bundle_references, verify_result
     from exirc.diagnostics.tolerance import Tolerance
-    from exirc.diagnostics.verify import bundle_references, verify_result
     from exirc.serialize import serialize
 
     tolerance = Tolerance(options.rtol, options.atol)

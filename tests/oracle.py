@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import torch
 
-import exirc.program as P
+import exirc.serialize.program as P
 
 HAVE_EXECUTORCH = importlib.util.find_spec("executorch") is not None
 

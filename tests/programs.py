@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from exirc import program as P
+from exirc.serialize import program as P
 from exirc.serialize.header import CONSTANT_ALIGNMENT
 
 

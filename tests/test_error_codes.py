@@ -12,7 +12,7 @@ from exirc.errors import ExircError
 def _all_error_classes() -> list[type[ExircError]]:
     # Import every module so every subclass is defined.
     for module in pkgutil.walk_packages(exirc.__path__, "exirc."):
-        if module.name.endswith(("__main__", "gen_dtype_constraints", "regenerate")) or \
+        if module.name.endswith("__main__") or \
                 ".generated" in module.name:
             continue
         importlib.import_module(module.name)

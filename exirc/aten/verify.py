@@ -33,7 +33,7 @@ import torch
 from torch.export.graph_signature import InputKind
 
 from exirc.errors import DialectError
-from exirc.source import source_location
+from exirc.ir.source import source_location
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from exirc.backend.kernels import check_kept_operators
 from exirc.backend.ops import BackendOp
-from exirc.control_flow import all_nodes, is_control_flow
 from exirc.edge.ops import is_edge_op
 from exirc.errors import DialectError
-from exirc.source import describe_node
+from exirc.ir.control_flow import all_nodes, is_control_flow
+from exirc.ir.source import describe_node
+from exirc.plan.kernels import check_kept_operators
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

@@ -24,7 +24,7 @@ import torch
 
 from exirc.capture.load import MethodSource, first_line
 from exirc.errors import InternalError, ModelError
-from exirc.source import (
+from exirc.ir.source import (
     SourceFrame,
     frame_in,
     is_library,

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from exirc.errors import ModelError, UsageError
-from exirc.source import display_path, frame_in, traceback_frames
+from exirc.ir.source import display_path, frame_in, traceback_frames
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

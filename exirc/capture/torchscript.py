@@ -37,7 +37,7 @@ import torch
 
 from exirc.capture.load import MAIN_METHOD, MethodSource, Warn, describe, first_line
 from exirc.errors import ModelError, UsageError
-from exirc.source import display_path
+from exirc.ir.source import display_path
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -140,7 +140,7 @@ def read_example_inputs(path: str) -> tuple[Any, ...]:
     if not os.path.isfile(path):
         raise UsageError(f"{shown}: no such file", hint=_INPUTS_HINT)
     if suffix in (".npy", ".npz"):
-        from exirc.runtime.arrays import load_array, load_arrays
+        from exirc.serialize.npy import load_array, load_arrays
 
         arrays = [load_array(path)] if suffix == ".npy" else list(load_arrays(path).values())
         return tuple(torch.from_numpy(array) for array in arrays)

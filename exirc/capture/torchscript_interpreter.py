@@ -38,7 +38,7 @@ from exirc.capture.torchscript_ops import (
     scalar_tensor,
 )
 from exirc.errors import ExircError, ModelError, UnsupportedOperatorError
-from exirc.source import SourceFrame
+from exirc.ir.source import SourceFrame
 
 # --------------------------------------------------------------------------- the module
 

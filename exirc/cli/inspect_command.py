@@ -10,7 +10,7 @@ import click
 
 from exirc.cli.style import styler
 from exirc.inspector.describe import describe, program_shapes
-from exirc.inspector.memory import MethodMemory, memory_report, render_memory
+from exirc.inspector.memory_report import MethodMemory, memory_report, render_memory
 from exirc.inspector.render import render_instructions, render_summary
 from exirc.inspector.size import render_size, size_report
 from exirc.serialize import read_program_file
@@ -84,7 +84,7 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
 def _write_memory_plan(path: Path, memory: list[MethodMemory], *, title: str) -> None:
     # Imported here: the compiler module is only needed for its atomic write.
     from exirc.compiler import write_atomically
-    from exirc.inspector.memory_html import memory_plan_html
+    from exirc.inspector.memory_report_html import memory_plan_html
 
     write_atomically(path, memory_plan_html(memory, title=title).encode("utf-8"))
     click.echo(f"wrote the memory plan to {path}", err=True)

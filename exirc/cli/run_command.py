@@ -121,7 +121,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
     if profile is not None:
         click.echo(_profile_table(profile.rows(), repeat))
     if output:
-        from exirc.runtime.arrays import save_arrays
+        from exirc.serialize.npy import save_arrays
 
         save_arrays(output, {f"output_{i}": _to_numpy(value) for i, value in enumerate(outputs)})
         click.echo(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {output}",
@@ -178,7 +178,7 @@ def _parse_size(text: str) -> int:
 
 
 def _read_inputs(method: Method, paths: tuple[str, ...]) -> Sequence[Any] | dict[str, Any]:
-    from exirc.runtime.arrays import load_array, load_arrays
+    from exirc.serialize.npy import load_array, load_arrays
 
     specs = method.inputs
     if not paths:
@@ -210,7 +210,7 @@ def _random_inputs(specs: Sequence[InputSpec], seed: int) -> list[Any]:
     import numpy
     import torch
 
-    from exirc.runtime.memory import available_memory
+    from exirc.runtime.arenas import available_memory
 
     needed = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in specs
                  if spec.dtype is not None)
@@ -253,7 +253,7 @@ def _summary(method: Method, outputs: list[Any]) -> str:
 def _describe(name: str, value: Any) -> list[str]:
     import torch
 
-    from exirc.runtime.memory import SCALAR_TYPES
+    from exirc.runtime.arenas import SCALAR_TYPES
 
     if not isinstance(value, torch.Tensor):
         return [f"  {name}: {value!r}"]

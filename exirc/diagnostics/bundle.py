@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from exirc import program as P
 from exirc.errors import FormatError, UsageError
+from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from exirc.diagnostics.compare import Difference

@@ -36,12 +36,12 @@ import torch
 from torch.export.graph_signature import InputKind
 from torch.fx import GraphModule, Interpreter, Node
 
-from exirc import program as P
 from exirc.diagnostics.compare import Difference, Tolerance, compare, preview
+from exirc.ir.source import source_location
 from exirc.plan.alloc import is_alloc
 from exirc.plan.control_flow import OUT_FORM_OPS, cond_out, is_out_form, out_form_subgraphs
 from exirc.runtime.kernels import KernelRegistry, operator_key
-from exirc.source import source_location
+from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

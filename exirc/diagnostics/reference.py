@@ -24,7 +24,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 
 from exirc.errors import ModelError, UsageError
-from exirc.source import display_path
+from exirc.ir.source import display_path
 
 if TYPE_CHECKING:
     from exirc.capture import MethodSource
@@ -146,7 +146,7 @@ def _detached(value: Any) -> Any:
 
 
 def _load_npz(file: str | Path) -> dict[str, Any]:
-    from exirc.runtime.arrays import load_arrays
+    from exirc.serialize.npy import load_arrays
 
     shown = display_path(str(file))
     if not str(file).endswith(".npz"):

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
-from exirc.control_flow import unused_placeholder_name
-from exirc.state import state_slot
+from exirc.ir.control_flow import unused_placeholder_name
+from exirc.ir.state import state_slot
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

@@ -39,7 +39,7 @@ from torch.fx import GraphModule, Node
 
 from exirc.edge.ops import qualified_name
 from exirc.errors import DialectError
-from exirc.source import source_location
+from exirc.ir.source import source_location
 
 # The dtypes the DSL names, in the order the YAML lists them (c10's ScalarType names).
 DTYPES: dict[str, torch.dtype] = {
@@ -241,7 +241,7 @@ def check_node(node: Node) -> None:
             f"node %{node.name}: {qualified_name(op)} is not an Edge op "
             f"(it has no dtype constraints){_where(node)}",
             hint="decompose it into core ATen ops, or if the pipeline keeps it on purpose, "
-                 "add it to EXTRA_OPS in exirc/edge/gen_dtype_constraints.py and regenerate")
+                 "add it to EXTRA_OPS in tools/gen_dtype_constraints.py and regenerate")
     found = node_dtypes(node)
     if constraints.allows(found):
         return

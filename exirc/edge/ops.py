@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from exirc.edge.lower import copy_twin
+from exirc.edge.to_edge import copy_twin
 
 # Size queries return SymInts, not tensors: they stay until the backend
 # stage turns size arithmetic into prim ops.

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from exirc.control_flow import all_nodes, is_control_flow
 from exirc.edge.ops import SIZE_OPS, is_edge_op
 from exirc.errors import DialectError
-from exirc.source import describe_node
+from exirc.ir.control_flow import all_nodes, is_control_flow
+from exirc.ir.source import describe_node
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -37,7 +37,7 @@ def verify_edge(program: ExportedProgram, target: str = "portable",
                 kernels: Iterable[str] = ()) -> None:
     """Check an Edge graph; `kernels` names operators a plugin has kernels for,
     beyond `target`'s, for the ops outside the Edge op set."""
-    from exirc.backend.kernels import check_kept_operators
+    from exirc.plan.kernels import check_kept_operators
 
     graph_module = program.graph_module
     kept = check_kept_operators(graph_module, target, kernels)

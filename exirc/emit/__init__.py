@@ -1,4 +1,4 @@
-"""Stage: emit. Out-variant graphs -> the program model (`exirc.program`)."""
+"""Stage: emit. Out-variant graphs -> the program model (`exirc.serialize.program`)."""
 
 from exirc.emit.program import EmittedProgram, emit_methods, emit_program
 

@@ -11,8 +11,8 @@ import hashlib
 
 import torch
 
-from exirc import constant_names
-from exirc import program as P
+from exirc.serialize import constant_names
+from exirc.serialize import program as P
 from exirc.serialize.header import CONSTANT_ALIGNMENT
 
 
@@ -28,7 +28,7 @@ class ConstantTable:
         self._index: dict[tuple[str, bytes], int] = {}
         # Buffer index -> the names of the tensors stored there, for reports.
         self.names: dict[int, list[str]] = {}
-        # Initial values of program state (`exirc.state`), one per state name,
+        # Initial values of program state (`exirc.ir.state`), one per state name,
         # in ExecuTorch's mutable data segment; entry 0 is reserved likewise.
         self.initial_states: list[bytes] = [b""]
         self._state_index: dict[str, int] = {}

@@ -7,8 +7,8 @@ reader of an error or a listing wants, and it keeps program files small.
 
 from __future__ import annotations
 
-from exirc import program as P
-from exirc.source import display_path, is_library, is_synthetic, parse_stack_trace, user_frame
+from exirc.ir.source import display_path, is_library, is_synthetic, parse_stack_trace, user_frame
+from exirc.serialize import program as P
 
 
 def program_frames(stack_trace: str | None) -> list[P.Frame]:

@@ -16,19 +16,19 @@ import torch
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx import GraphModule, Node
 
-from exirc import program as P
-from exirc.control_flow import output_values, placeholders
 from exirc.edge.constants import CONSTANT_NAME
 from exirc.emit.constants import ConstantTable
-from exirc.emit.control_flow import emit_control_flow
 from exirc.emit.frames import program_frames
+from exirc.emit.jumps import emit_control_flow
 from exirc.emit.values import ValueTable
 from exirc.errors import InternalError, UnsupportedOperatorError, UsageError
+from exirc.ir.control_flow import output_values, placeholders
+from exirc.ir.state import STATE_MEMORY_ID, StateSlot, state_slot
+from exirc.plan.alias_views import alias_view
 from exirc.plan.alloc import is_alloc
 from exirc.plan.control_flow import is_out_form
-from exirc.plan.views import alias_view
-from exirc.plan.write_back import MUTATION_KINDS
-from exirc.state import STATE_MEMORY_ID, StateSlot, state_slot
+from exirc.plan.write_back_state import MUTATION_KINDS
+from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 from torch.fx import Node
 
-from exirc import program as P
-from exirc import symbolic_shapes
 from exirc.emit.constants import ConstantTable
 from exirc.emit.method import MethodEmitter
 from exirc.emit.shapes import method_shapes
-from exirc.plan.memory import round_up
-from exirc.state import STATE_ALIGNMENT
+from exirc.ir.state import STATE_ALIGNMENT
+from exirc.plan.placement import round_up
+from exirc.serialize import program as P
+from exirc.serialize import symbolic_shapes
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

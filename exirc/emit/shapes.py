@@ -1,4 +1,4 @@
-"""The symbolic shapes of one method, for `exirc.symbolic_shapes`.
+"""The symbolic shapes of one method, for `exirc.serialize.symbolic_shapes`.
 
 torch names symbols after internal hashes (`s77`); a reader wants `s0`,
 `s1`, ... in the order they first appear in the method's values (inputs
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
-from exirc.symbolic_shapes import Dim, MethodShapes, SymbolRange
+from exirc.serialize.symbolic_shapes import Dim, MethodShapes, SymbolRange
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from exirc import program as P
 from exirc.errors import InternalError, ModelError
+from exirc.serialize import program as P
 
 _SCALAR_TYPES = {
     torch.uint8: P.ScalarType.BYTE, torch.int8: P.ScalarType.CHAR,

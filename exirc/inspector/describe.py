@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from exirc import program as P
-from exirc import symbolic_shapes
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
-from exirc.serialize import ProgramFile
-from exirc.symbolic_shapes import MethodShapes
+from exirc.serialize import ProgramFile, symbolic_shapes
+from exirc.serialize import program as P
+from exirc.serialize.symbolic_shapes import MethodShapes
 
 FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1

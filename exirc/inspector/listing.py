@@ -26,8 +26,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from exirc import program as P
-from exirc.symbolic_shapes import MethodShapes
+from exirc.serialize import program as P
+from exirc.serialize.symbolic_shapes import MethodShapes
 
 # Long literal lists are cut so a line stays readable.
 _MAX_LIST_ITEMS = 8

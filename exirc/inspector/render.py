@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from exirc.inspector.listing import listing_lines
-from exirc.program import ExecutionPlan
-from exirc.symbolic_shapes import MethodShapes
+from exirc.serialize.program import ExecutionPlan
+from exirc.serialize.symbolic_shapes import MethodShapes
 
 _MAX_ROWS = 12
 

@@ -17,7 +17,7 @@ the rows sum to the file size by construction, even in a malformed file
 whose spans overlap.
 
 Constants are named by pluggable `NameSource`s, tried in order. First come
-the names exirc's compiler stores beside the program (`exirc.constant_names`:
+the names exirc's compiler stores beside the program (`exirc.serialize.constant_names`:
 parameter names, and what folded constants were computed from), then
 `extra_tensor_info.fully_qualified_name`, which ExecuTorch writes for some
 tensors; without a name a constant is shown by its value index and the
@@ -34,13 +34,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exirc import constant_names
-from exirc import program as P
 from exirc.inspector.describe import segment_roles
 from exirc.inspector.listing import value_type
-from exirc.inspector.memory import touched_values
+from exirc.inspector.memory_report import touched_values
 from exirc.inspector.render import Style, clean, compact_bytes, human_bytes, plural
-from exirc.serialize import ProgramFile, read_program_file
+from exirc.serialize import ProgramFile, constant_names, read_program_file
+from exirc.serialize import program as P
 from exirc.serialize.checked_buffer import CheckedBuffer, TableView
 from exirc.serialize.decode import decode_program, segment_ranges
 from exirc.serialize.header import HEADER_OFFSET
@@ -128,7 +127,7 @@ DEFAULT_NAME_SOURCES: tuple[NameSource, ...] = (fully_qualified_name,)
 
 
 def stored_names(program: P.Program) -> NameSource:
-    """Names from the compiler's `exirc.constant_names` segment, if the file has one."""
+    """Names from the compiler's `exirc.serialize.constant_names` segment, if the file has one."""
     data = program.named_segment(constant_names.NAMED_DATA_KEY)
     names = constant_names.decode(data) if data is not None else {}
 

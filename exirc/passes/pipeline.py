@@ -32,19 +32,19 @@ from exirc.passes.contract import FunctionPass, Pass
 STAGES = ("aten", "edge", "backend", "plan")
 
 BUILTIN_PASSES = {
-    "to_edge": "exirc.edge.lower:ToEdge",
-    "remove_assertions": "exirc.edge.asserts:RemoveAssertions",
-    "views_to_copies": "exirc.edge.lower:ViewsToCopies",
-    "scalars_to_tensors": "exirc.edge.scalars:ScalarsToTensors",
-    "remove_noop_copies": "exirc.edge.noops:RemoveNoopCopies",
-    "constant_fold": "exirc.edge.fold:ConstantFold",
-    "dead_code_elimination": "exirc.edge.dce:DeadCodeElimination",
-    "sym_prims": "exirc.backend.prims:SymIntToPrims",
+    "to_edge": "exirc.edge.to_edge:ToEdge",
+    "remove_assertions": "exirc.edge.remove_assertions:RemoveAssertions",
+    "views_to_copies": "exirc.edge.to_edge:ViewsToCopies",
+    "scalars_to_tensors": "exirc.edge.scalars_to_tensors:ScalarsToTensors",
+    "remove_noop_copies": "exirc.edge.remove_noop_copies:RemoveNoopCopies",
+    "constant_fold": "exirc.edge.constant_fold:ConstantFold",
+    "dead_code_elimination": "exirc.edge.dead_code_elimination:DeadCodeElimination",
+    "sym_prims": "exirc.backend.sym_prims:SymIntToPrims",
     "fuse": "exirc.backend.fuse:FusePatterns",
-    "write_back_state": "exirc.plan.write_back:WriteBackState",
-    "alias_views": "exirc.plan.views:AliasViews",
-    "to_out_variants": "exirc.plan.out_variants:ToOutVariants",
-    "memory_plan": "exirc.plan.passes:MemoryPlanPass",
+    "write_back_state": "exirc.plan.write_back_state:WriteBackState",
+    "alias_views": "exirc.plan.alias_views:AliasViews",
+    "to_out_variants": "exirc.plan.to_out_variants:ToOutVariants",
+    "memory_plan": "exirc.plan.memory_plan:MemoryPlanPass",
 }
 
 

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from exirc.control_flow import COND, MAP, WHILE_LOOP, output_values, placeholders, subgraphs
 from exirc.errors import UnsupportedOperatorError
-from exirc.plan.views import view_base
-from exirc.source import source_location
+from exirc.ir.control_flow import COND, MAP, WHILE_LOOP, output_values, placeholders, subgraphs
+from exirc.ir.source import source_location
+from exirc.plan.alias_views import view_base
 
 Tensors = Sequence[torch.Tensor]
 
@@ -112,7 +112,7 @@ def copy_passthrough_results(body: GraphModule) -> None:
 
     The loop copies result k into state k while state j is still to be read
     for result j; a body returning a state, a view of one (see
-    `exirc.plan.views`), or one value twice would read a state already
+    `exirc.plan.alias_views`), or one value twice would read a state already
     overwritten, so such results become clones first.
     """
     output = body.graph.output_node()

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from exirc.control_flow import output_values, placeholders
 from exirc.errors import InternalError, ModelError
+from exirc.ir.control_flow import output_values, placeholders
 from exirc.plan.alloc import is_alloc
 from exirc.plan.control_flow import (
     cond_out,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from exirc.errors import ExircError, UsageError
-from exirc.source import source_location
+from exirc.ir.source import source_location
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -107,8 +107,8 @@ def largest_planned_tensors(program: ExportedProgram) -> list[tuple[Node, int]]:
     Sizes are measured as the planner measured them (dynamic dims at their
     upper bounds), by the same function; only a failing check pays for it.
     """
+    from exirc.plan.alias_views import alias_view
     from exirc.plan.lifetimes import tensor_lifetimes
-    from exirc.plan.views import alias_view
 
     graph = program.graph_module.graph
     user_inputs = {node.name for node in graph.nodes

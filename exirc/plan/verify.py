@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from torch.export.graph_signature import InputKind, TensorArgument
 
 from exirc.errors import InternalError
+from exirc.plan.alias_views import alias_view
 from exirc.plan.lifetimes import Lifetime, tensor_lifetimes
-from exirc.plan.memory import MemoryPlan, check_plan
-from exirc.plan.passes import ARENA_ID
-from exirc.plan.views import alias_view
+from exirc.plan.memory_plan import ARENA_ID
+from exirc.plan.placement import MemoryPlan, check_plan
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

@@ -30,7 +30,7 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so `exirc.runtime.arrays` (numpy only) does not pull in torch.
+    # Lazy, so `exirc.serialize.npy` (numpy only) does not pull in torch.
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'exirc.runtime' has no attribute {name!r}")

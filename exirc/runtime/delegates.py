@@ -15,8 +15,8 @@ from collections import ChainMap
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from exirc import program as P
 from exirc.errors import FormatError
+from exirc.serialize import program as P
 
 
 class Backend(Protocol):

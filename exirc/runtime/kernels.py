@@ -32,9 +32,9 @@ from typing import Any, TypeVar, overload
 
 import torch
 
-from exirc import program as P
 from exirc.errors import FormatError, UsageError
-from exirc.runtime.memory import TORCH_DTYPES, alias
+from exirc.runtime.arenas import TORCH_DTYPES, alias
+from exirc.serialize import program as P
 
 KernelFn = TypeVar("KernelFn", bound=Callable[..., Any])
 Call = Callable[[], None]

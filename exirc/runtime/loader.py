@@ -16,16 +16,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from exirc import program as P
-from exirc import symbolic_shapes
 from exirc.errors import FormatError, UnsupportedOperatorError, UsageError
-from exirc.runtime import delegates, memory
+from exirc.runtime import arenas as memory
+from exirc.runtime import delegates
 from exirc.runtime import exirc_ops as _exirc_ops  # noqa: F401 (registers exirc's op kernels)
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
 from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
-from exirc.serialize import read_program_file
+from exirc.serialize import program as P
+from exirc.serialize import read_program_file, symbolic_shapes
 from exirc.serialize.reader import map_file
 
 if TYPE_CHECKING:

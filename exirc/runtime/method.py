@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 import numpy
 import torch
 
-from exirc import program as P
 from exirc.errors import ExircError, FormatError, InputError, UnsupportedOperatorError
-from exirc.runtime import delegates, memory
+from exirc.runtime import arenas as memory
+from exirc.runtime import delegates
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.kernels import Kernel, Values, bind, copy_into, operator_key
-from exirc.symbolic_shapes import InputDims, MethodShapes, check_dims
+from exirc.serialize import program as P
+from exirc.serialize.symbolic_shapes import InputDims, MethodShapes, check_dims
 
 if TYPE_CHECKING:
     from exirc.runtime.profile import Profile

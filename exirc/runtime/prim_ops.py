@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
+from exirc.runtime.arenas import strides
 from exirc.runtime.kernels import register_kernel
-from exirc.runtime.memory import strides
 
 Scalar = int | float | bool
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import enum
 from typing import TypeVar
 
-from exirc import program as P
 from exirc.errors import FormatError
+from exirc.serialize import program as P
 from exirc.serialize.checked_buffer import (
     BOOL,
     F64,

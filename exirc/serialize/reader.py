@@ -11,8 +11,8 @@ import mmap
 import os
 from dataclasses import dataclass
 
-from exirc import program as P
 from exirc.errors import FormatError, UsageError
+from exirc.serialize import program as P
 from exirc.serialize.checked_buffer import CheckedBuffer
 from exirc.serialize.decode import decode_program, segment_ranges
 from exirc.serialize.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, ExtendedHeader

@@ -8,8 +8,8 @@ every file read, ours or not.
 
 from __future__ import annotations
 
-from exirc import program as P
 from exirc.errors import FormatError
+from exirc.serialize import program as P
 
 # Bytes a planned tensor or arena may claim: beyond any real device, and
 # small enough that size arithmetic stays far from overflow.

@@ -14,8 +14,8 @@ from typing import Any
 
 import flatbuffers
 
-from exirc import program as P
 from exirc.errors import InternalError
+from exirc.serialize import program as P
 from exirc.serialize.generated import (
     AllocationDetails,
     BackendDelegate,

@@ -12,7 +12,7 @@ from torch.export import ExportedProgram
 
 from exirc.aten import verify_aten
 from exirc.errors import DialectError
-from exirc.source import parse_stack_trace, source_location, user_frame
+from exirc.ir.source import parse_stack_trace, source_location, user_frame
 
 
 class _Mlp(torch.nn.Module):

@@ -14,13 +14,13 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import exirc.backend.ops as backend_ops
 from exirc.backend.fuse import FusePatterns, pattern_graph
 from exirc.backend.ops import REGISTRY, BackendOp, addmm_relu, bind_pattern_to_op
-from exirc.backend.prims import PRIMS, SymIntToPrims
+from exirc.backend.sym_prims import PRIMS, SymIntToPrims
 from exirc.backend.verify import verify_backend
-from exirc.edge.dce import DeadCodeElimination
-from exirc.edge.fold import ConstantFold
-from exirc.edge.lower import ToEdge, ViewsToCopies
-from exirc.edge.noops import RemoveNoopCopies
-from exirc.edge.scalars import ScalarsToTensors
+from exirc.edge.constant_fold import ConstantFold
+from exirc.edge.dead_code_elimination import DeadCodeElimination
+from exirc.edge.remove_noop_copies import RemoveNoopCopies
+from exirc.edge.scalars_to_tensors import ScalarsToTensors
+from exirc.edge.to_edge import ToEdge, ViewsToCopies
 from exirc.edge.verify import verify_edge
 from exirc.errors import DialectError, UsageError
 from exirc.runtime.kernels import KERNELS

@@ -7,9 +7,9 @@ import importlib.resources
 import pytest
 import torch
 
-from exirc.backend.kernels import check_kernels, kernel_name, kernels_for_target
 from exirc.backend.ops import addmm_relu
 from exirc.errors import UnsupportedOperatorError, UsageError
+from exirc.plan.kernels import check_kernels, kernel_name, kernels_for_target
 from tests.oracle import requires_executorch
 
 aten = torch.ops.aten
@@ -24,7 +24,7 @@ def test_portable_list_has_real_ops_only() -> None:
 
 
 def test_portable_file_is_sorted_one_op_a_line() -> None:
-    text = importlib.resources.files("exirc.backend.kernels").joinpath("portable.txt").read_text()
+    text = importlib.resources.files("exirc.plan.kernels").joinpath("portable.txt").read_text()
     lines = text.splitlines()
     assert lines == sorted(set(lines)) and all("::" in line for line in lines)
 

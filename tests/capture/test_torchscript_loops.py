@@ -17,7 +17,7 @@ import numpy
 import pytest
 import torch
 
-import exirc.program as P
+import exirc.serialize.program as P
 from exirc.compiler import CompileResult, compile_model
 from exirc.errors import ModelError, UnsupportedOperatorError
 from exirc.runtime import load

@@ -194,7 +194,7 @@ def test_zoo_programs_call_at_least_80_distinct_aten_operators() -> None:
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_no_two_live_tensors_share_bytes(name: str, target: str) -> None:
     """The inspector's own lifetimes, read off the emitted program, agree with the plan."""
-    from exirc.inspector.memory import memory_report
+    from exirc.inspector.memory_report import memory_report
 
     _model(name)
     warnings = [w.message for m in memory_report(compiled(name, target).program)

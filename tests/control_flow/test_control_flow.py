@@ -15,8 +15,8 @@ import torch
 from torch._higher_order_ops.map import map as map_rows
 from torch._higher_order_ops.while_loop import while_loop
 
-from exirc import program as P
 from exirc.cli.app import main
+from exirc.serialize import program as P
 from tests.control_flow.helpers import Inputs, check_everywhere, compiled
 
 
@@ -202,8 +202,8 @@ def test_loop_body_returning_its_state_gets_copies() -> None:
 
 
 def test_loop_body_returning_a_view_of_its_state_gets_a_copy() -> None:
+    from exirc.plan.alias_views import alias_view
     from exirc.plan.control_flow import copy_passthrough_results
-    from exirc.plan.views import alias_view
 
     graph = torch.fx.Graph()
     a, b = graph.placeholder("a"), graph.placeholder("b")

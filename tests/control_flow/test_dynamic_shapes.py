@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exirc import program as P
 from exirc.cli.app import main
 from exirc.compiler import compile_module
 from exirc.errors import ExircError
+from exirc.serialize import program as P
 from tests.control_flow.helpers import check_everywhere, compiled
 from tests.control_flow.test_control_flow import MapRows, WhileCountdown
 

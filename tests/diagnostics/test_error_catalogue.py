@@ -20,7 +20,6 @@ import numpy.typing
 import pytest
 
 import exirc
-from exirc import program as P
 from exirc.cli.app import main
 from exirc.cli.explain_command import WIDTH
 from exirc.diagnostics.catalogue import CATALOGUE, EXIT_CODES, closest_codes, lookup
@@ -33,6 +32,7 @@ from exirc.errors import (
     UsageError,
 )
 from exirc.runtime.errors import ExecutionError, StepLimitError
+from exirc.serialize import program as P
 from exirc.serialize import serialize
 from tests.compile.test_cli_compile import MLP, NOT_EDGE, RAISES, UNSUPPORTED, write
 from tests.passes.test_pipeline import PLUGIN, portable_with

@@ -18,16 +18,16 @@ import numpy
 import pytest
 import torch
 
-from exirc import program as P
 from exirc.capture import MethodSource, load_model
 from exirc.cli.app import main
 from exirc.compiler import CompileOptions, CompileResult, compile_model
 from exirc.diagnostics.compare import Tolerance, compare
+from exirc.diagnostics.eager_check import VerificationReport, verify_compiled
 from exirc.diagnostics.localize import CAPTURED, PLANNED
-from exirc.diagnostics.verify import VerificationReport, verify_compiled
 from exirc.errors import UsageError, VerificationError
 from exirc.runtime import load
 from exirc.runtime.kernels import KERNELS, KernelRegistry
+from exirc.serialize import program as P
 from exirc.serialize import serialize
 from tests.compile.test_cli_compile import write
 from tests.passes.test_pipeline import PLUGIN, portable_with

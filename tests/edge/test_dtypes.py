@@ -8,7 +8,6 @@ import pytest
 import torch
 import yaml
 
-from exirc.edge import gen_dtype_constraints as gen
 from exirc.edge.dtypes import (
     DTYPES,
     EdgeDtypeError,
@@ -18,8 +17,9 @@ from exirc.edge.dtypes import (
     constraints_for,
     verify_dtypes,
 )
-from exirc.edge.lower import copy_twin
+from exirc.edge.to_edge import copy_twin
 from tests.oracle import MODELS
+from tools import gen_dtype_constraints as gen
 
 aten = torch.ops.aten
 F32, F64, I32, I64, BOOL = torch.float32, torch.float64, torch.int32, torch.int64, torch.bool

@@ -17,12 +17,12 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
+from exirc.edge.constant_fold import ConstantFold
 from exirc.edge.constants import constant_tensor
-from exirc.edge.dce import DeadCodeElimination
-from exirc.edge.fold import ConstantFold
-from exirc.edge.lower import ToEdge, ViewsToCopies
-from exirc.edge.noops import RemoveNoopCopies
-from exirc.edge.scalars import ScalarsToTensors
+from exirc.edge.dead_code_elimination import DeadCodeElimination
+from exirc.edge.remove_noop_copies import RemoveNoopCopies
+from exirc.edge.scalars_to_tensors import ScalarsToTensors
+from exirc.edge.to_edge import ToEdge, ViewsToCopies
 from exirc.edge.verify import verify_edge
 from exirc.errors import DialectError
 from exirc.passes.contract import Pass

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from exirc import program as P
 from exirc.compiler import compile_module
 from exirc.emit.frames import program_frames
+from exirc.serialize import program as P
 
 LINE = "return torch.tanh(self.fc(x))  # the line every frame should name"
 

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from exirc import program as P
 from exirc.cli.app import main
-from exirc.inspector.memory import (
+from exirc.inspector.memory_report import (
     MethodMemory,
     extend_over_loops,
     memory_report,
     method_memory,
     value_lifetimes,
 )
-from exirc.inspector.memory_html import memory_plan_html
+from exirc.inspector.memory_report_html import memory_plan_html
 from exirc.serialize import deserialize, serialize
+from exirc.serialize import program as P
 from exirc.serialize.header import CONSTANT_ALIGNMENT
 
 F32 = P.ScalarType.FLOAT

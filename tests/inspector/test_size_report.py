@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from exirc import program as P
 from exirc.cli.app import main
 from exirc.inspector.size import ConstantUse, SizeReport, size_report
+from exirc.serialize import program as P
 from exirc.serialize import read_program_file, serialize
 from exirc.serialize.header import CONSTANT_ALIGNMENT, HEADER_LENGTH, SEGMENT_ALIGNMENT
 from tests.programs import control_flow_program
@@ -230,8 +230,8 @@ def test_compiled_constants_are_named_by_parameter() -> None:
 
 
 def test_a_malformed_names_segment_is_a_format_error() -> None:
-    from exirc import constant_names
     from exirc.errors import FormatError
+    from exirc.serialize import constant_names
 
     program = twin_weights_program()
     program.add_named_segment(constant_names.NAMED_DATA_KEY, b'{"format_version": 1}')

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from exirc.cli.app import main
-from exirc.edge.fold import ConstantFold
+from exirc.edge.constant_fold import ConstantFold
 from exirc.errors import UsageError
 from exirc.passes.contract import FunctionPass, Pass, pass_label
 from exirc.passes.pipeline import BUILTIN_PASSES, STAGES, load_pipeline, parse_pipeline
@@ -154,7 +154,7 @@ def test_malformed_files_are_usage_errors(text: str, message: str) -> None:
 
 @pytest.mark.parametrize(("name", "message"), [
     ("no_such_module_xyz:Pass", "cannot import no_such_module_xyz: No module named"),
-    ("exirc.edge.fold:NoSuchPass", "exirc.edge.fold has no NoSuchPass"),
+    ("exirc.edge.constant_fold:NoSuchPass", "exirc.edge.constant_fold has no NoSuchPass"),
     ("exirc.passes.pipeline:STAGES", "exirc.passes.pipeline:STAGES is neither a Pass class "
                                      "nor a function"),
 ])

@@ -6,9 +6,9 @@ import torch
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
 
-from exirc import program as P
 from exirc.compiler import CompileResult, compile_module
 from exirc.runtime import load
+from exirc.serialize import program as P
 from tests.oracle import run_with_executorch
 
 

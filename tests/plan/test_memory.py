@@ -18,7 +18,8 @@ from torch.fx import Graph, Node
 from exirc.errors import InternalError, ModelError, UsageError
 from exirc.plan.alloc import alloc, is_alloc
 from exirc.plan.lifetimes import Lifetime, tensor_lifetimes
-from exirc.plan.memory import (
+from exirc.plan.memory_plan import MemoryPlanPass
+from exirc.plan.placement import (
     ALGORITHMS,
     MemoryPlan,
     check_plan,
@@ -26,7 +27,6 @@ from exirc.plan.memory import (
     peak_live_bytes,
     plan_memory,
 )
-from exirc.plan.passes import MemoryPlanPass
 from tests.oracle import MODELS, requires_executorch
 
 aten = torch.ops.aten

@@ -147,7 +147,7 @@ def test_a_program_with_no_plan_has_nothing_to_verify() -> None:
 COLLIDE = '''
 from exirc.passes.contract import PassResult
 from exirc.plan.lifetimes import tensor_lifetimes
-from exirc.plan.views import alias_view
+from exirc.plan.alias_views import alias_view
 
 MOVED = []
 

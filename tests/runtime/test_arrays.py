@@ -1,4 +1,4 @@
-"""Tests for exirc.runtime.arrays: round trips, and every hostile file we can craft."""
+"""Tests for exirc.serialize.npy: round trips, and every hostile file we can craft."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import numpy.lib.format
 import pytest
 
 from exirc.errors import InputError, UsageError
-from exirc.runtime import arrays
-from exirc.runtime.arrays import load_array, load_arrays, save_arrays
+from exirc.serialize import npy as arrays
+from exirc.serialize.npy import load_array, load_arrays, save_arrays
 
 MAGIC = b"\x93NUMPY"
 GIB = 1 << 30
@@ -237,7 +237,7 @@ def test_unreadable_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     def refuse(*args: object, **kwargs: object) -> int:
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr("exirc.runtime.arrays.os.open", refuse)
+    monkeypatch.setattr("exirc.serialize.npy.os.open", refuse)
     expect_error(lambda: load_array(path), "x.npy", "permission denied")
 
 
@@ -685,7 +685,7 @@ def test_failed_replace_leaves_no_temporary(
     def refuse(src: str, dst: str) -> None:
         raise PermissionError(13, "Permission denied", dst)
 
-    monkeypatch.setattr("exirc.runtime.arrays.os.replace", refuse)
+    monkeypatch.setattr("exirc.serialize.npy.os.replace", refuse)
     with pytest.raises(UsageError, match="permission|Permission"):
         save_arrays(tmp_path / "out.npz", {"a": numpy.zeros(1)})
     assert list(tmp_path.iterdir()) == []

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import torch
 
-from exirc import program as P
 from exirc.errors import ExircError
 from exirc.runtime import load
 from exirc.serialize import deserialize, serialize
+from exirc.serialize import program as P
 from tests.oracle import HAVE_EXECUTORCH, executorch_pte
 from tests.programs import add_constant_program
 from tests.runtime.test_interpreter import loop_program

@@ -21,7 +21,7 @@ from torch.export import Dim
 from exirc.compiler import compile_module
 from exirc.errors import InputError
 from exirc.runtime import load
-from exirc.symbolic_shapes import InputDims, SymbolRange, check_dims
+from exirc.serialize.symbolic_shapes import InputDims, SymbolRange, check_dims
 
 
 class MatMulT(torch.nn.Module):

@@ -15,12 +15,12 @@ import numpy
 import pytest
 import torch
 
-from exirc import program as P
 from exirc.errors import FormatError, UnsupportedOperatorError
 from exirc.runtime import load
 from exirc.runtime.delegates import BackendRegistry
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.kernels import KERNELS, KernelRegistry
+from exirc.serialize import program as P
 from exirc.serialize import serialize
 from exirc.serialize.header import CONSTANT_ALIGNMENT
 from tests.programs import add_constant_program, control_flow_program

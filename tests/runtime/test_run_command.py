@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy
 import pytest
 
-from exirc import program as P
 from exirc.cli.app import main
+from exirc.serialize import program as P
 from exirc.serialize import serialize
 from tests.oracle import executorch_pte, requires_executorch, run_with_executorch
 from tests.programs import add_constant_program, control_flow_program

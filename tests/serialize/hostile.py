@@ -2,7 +2,7 @@
 
 Two halves:
 
-* Base programs (`BASE_PROGRAMS`): `exirc.program.Program` objects of several
+* Base programs (`BASE_PROGRAMS`): `exirc.serialize.program.Program` objects of several
   shapes whose cross-references are all valid, the seeds of the mutation
   tests.
 * A raw writer (`RawWriter` / `encode`) that turns a program model into
@@ -26,7 +26,7 @@ from typing import Any
 
 import flatbuffers
 
-from exirc import program as P
+from exirc.serialize import program as P
 from exirc.serialize.generated import (
     AllocationDetails,
     BackendDelegate,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-import exirc.program as P
+import exirc.serialize.program as P
 from exirc.errors import FormatError
 from exirc.serialize import deserialize, serialize
 from tests.oracle import (

@@ -20,7 +20,7 @@ import struct
 import pytest
 import torch
 
-import exirc.program as P
+import exirc.serialize.program as P
 from exirc.serialize import deserialize, serialize
 from tests.oracle import (
     assert_same,

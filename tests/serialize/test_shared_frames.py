@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from exirc import program as P
 from exirc.serialize import deserialize, serialize
+from exirc.serialize import program as P
 from tests.programs import add_constant_program
 
 

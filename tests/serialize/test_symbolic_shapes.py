@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from exirc import program as P
 from exirc.errors import FormatError
 from exirc.serialize import deserialize, serialize
-from exirc.symbolic_shapes import (
+from exirc.serialize import program as P
+from exirc.serialize.symbolic_shapes import (
     NAMED_DATA_KEY,
     MethodShapes,
     SymbolRange,

@@ -1,5 +1,5 @@
 """Buffers the model updates are program state: kept from call to call, shared by
-methods, starting from their value at compile time (exirc.state).
+methods, starting from their value at compile time (exirc.ir.state).
 
 Every test compares several consecutive calls with eager PyTorch making the
 same calls, through exirc's runtime and, where marked, ExecuTorch's.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from exirc.control_flow import graph_modules
+from exirc.ir.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from exirc.control_flow import graph_modules, is_control_flow, remove_unused_operands
 from exirc.edge.constants import constant_tensor, remove_constant
+from exirc.ir.control_flow import graph_modules, is_control_flow, remove_unused_operands
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:

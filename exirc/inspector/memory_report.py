@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from exirc import program as P
 from exirc.inspector.listing import instruction_text, source_of, value_type
 from exirc.inspector.render import Style, clean, compact_bytes, plural
+from exirc.serialize import program as P
 
 # How many of the largest tensors live at the peak a report lists.
 LARGEST_AT_PEAK = 5

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from exirc.control_flow import all_nodes, graph_modules
 from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
+from exirc.ir.control_flow import all_nodes, graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:

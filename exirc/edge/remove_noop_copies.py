@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch.fx import Node
 
-from exirc.control_flow import graph_modules
+from exirc.ir.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:

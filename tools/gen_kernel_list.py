@@ -3,7 +3,7 @@
 A developer script, run by hand when the ExecuTorch release we target
 changes; nothing imports it at compile time:
 
-    python -m exirc.backend.kernels.generate
+    python -m tools.gen_kernel_list
 
 It needs the test oracle installed (`pip install --no-deps executorch==1.5.1`,
 as `make install` does): `portable.txt` is the list of operators the portable
@@ -20,7 +20,7 @@ import importlib.metadata
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1] / "exirc" / "plan" / "kernels"
 
 
 def portable_operator_names() -> list[str]:

@@ -8,11 +8,11 @@ from typing import ClassVar
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
+from exirc.ir.state import STATE_MEMORY_ID, state_slot
 from exirc.passes.contract import Pass, PassResult
+from exirc.plan.alias_views import alias_view
 from exirc.plan.lifetimes import tensor_lifetimes
-from exirc.plan.memory import check_plan, plan_memory
-from exirc.plan.views import alias_view
-from exirc.state import STATE_MEMORY_ID, state_slot
+from exirc.plan.placement import check_plan, plan_memory
 
 # Memory id 0 is reserved (as in ExecuTorch's files); the planned arena is id 1.
 ARENA_ID = 1

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch.fx import GraphModule, Node
 
-from exirc import program as P
 from exirc.plan.control_flow import cond_out, map_out, out_form_subgraphs, outs_of
+from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from exirc.emit.method import MethodEmitter

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = [REPO / "schema" / "program.fbs", REPO / "schema" / "scalar_type.fbs"]
 TARGET = REPO / "exirc" / "serialize" / "generated"
 # flatc maps the namespace exirc.serialize.generated to this folder.

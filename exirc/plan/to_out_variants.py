@@ -16,14 +16,14 @@ import torch
 from torch.fx import Node
 
 from exirc.backend.ops import BackendOp
-from exirc.control_flow import WHILE_LOOP, is_control_flow, subgraphs
 from exirc.edge.ops import is_custom_op
 from exirc.errors import UnsupportedOperatorError
+from exirc.ir.control_flow import WHILE_LOOP, is_control_flow, subgraphs
+from exirc.ir.source import source_location
 from exirc.passes.contract import Pass, PassResult
 from exirc.plan.alloc import alloc
 from exirc.plan.control_flow import copy_passthrough_results, to_out_form
 from exirc.plan.functional_ops import functional_call
-from exirc.source import source_location
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

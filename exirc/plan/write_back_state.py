@@ -28,7 +28,7 @@ class WriteBackState(Pass):
     an extra output. This pass writes it into the buffer itself with
     `aten::copy_` after everything else has run, and drops those outputs, so a
     method returns only what the model returns and the buffer (program state,
-    see `exirc.state`) carries the update to the next call. An input the model
+    see `exirc.ir.state`) carries the update to the next call. An input the model
     writes into is updated the same way, as ExecuTorch does.
     """
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch.fx import GraphModule
 
-from exirc.control_flow import ConstantThreader, graph_modules
 from exirc.edge.constants import add_constant
+from exirc.ir.control_flow import ConstantThreader, graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:

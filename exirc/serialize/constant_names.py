@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from exirc import json_segment
+from exirc.serialize import json_segment
 
-NAMED_DATA_KEY = "exirc.constant_names"
+NAMED_DATA_KEY = "exirc.constant_names"  # a key in files: never renamed
 FORMAT_VERSION = 1
 _MAX_BYTES = 1 << 24
 

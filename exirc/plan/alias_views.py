@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch.fx import GraphModule, Node
 
-from exirc.control_flow import (
+from exirc.ir.control_flow import (
     graph_modules,
     is_control_flow,
     placeholders,

@@ -16,14 +16,14 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.utils._pytree import tree_map_only
 
-from exirc.control_flow import (
+from exirc.edge.constants import CONSTANT_NAME, add_constant, constant_tensor, input_target
+from exirc.ir.control_flow import (
     ConstantThreader,
     is_control_flow,
     placeholders,
     subgraphs,
     whole_operands,
 )
-from exirc.edge.constants import CONSTANT_NAME, add_constant, constant_tensor, input_target
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:

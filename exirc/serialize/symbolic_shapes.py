@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exirc import json_segment
+from exirc.serialize import json_segment
 
-NAMED_DATA_KEY = "exirc.symbolic_shapes"
+NAMED_DATA_KEY = "exirc.symbolic_shapes"  # a key in files: never renamed
 FORMAT_VERSION = 1
 _MAX_BYTES = 1 << 22
 _MAX_EXPRESSION = 200

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from exirc.inspector.memory import ArenaReport, MethodMemory, PlannedTensor
+from exirc.inspector.memory_report import ArenaReport, MethodMemory, PlannedTensor
 from exirc.inspector.render import compact_bytes, human_bytes
 
 # Plot geometry in SVG user units; the SVG scales to the page width.

@@ -21,8 +21,8 @@ import os
 import numpy
 import torch
 
-from exirc import program as P
 from exirc.errors import FormatError, UnsupportedOperatorError
+from exirc.serialize import program as P
 
 TORCH_DTYPES: dict[P.ScalarType, torch.dtype] = {
     P.ScalarType.BYTE: torch.uint8,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from exirc import program as P
+from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

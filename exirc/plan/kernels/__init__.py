@@ -25,8 +25,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from exirc.errors import OperatorNotSupportedError, UnsupportedOperatorError, UsageError
-from exirc.plan.out_variants import out_variant
-from exirc.source import source_location
+from exirc.ir.source import source_location
+from exirc.plan.to_out_variants import out_variant
 
 TARGETS = ("portable", "exirc")
 DEFAULT_TARGET = "portable"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from exirc.backend.ops import BackendOp, bind_pattern_to_op
-from exirc.control_flow import graph_modules
+from exirc.ir.control_flow import graph_modules
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:

@@ -1,0 +1,1 @@
+"""Developer-only generators: they write files the package ships, and are not part of it."""
