@@ -40,10 +40,10 @@ import torch
 
 from bench.common import Row, against_references, bench_threads, median_time, ratio
 from bench.compile import arena_bytes
-from exirc import program as P
 from exirc.compiler import compile_module
 from exirc.runtime import load
 from exirc.serialize import deserialize
+from exirc.serialize import program as P
 from tests.control_flow import test_control_flow, test_dynamic_shapes
 from tests.oracle import HAVE_EXECUTORCH, load_with_executorch
 

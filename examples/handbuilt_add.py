@@ -14,7 +14,7 @@ import struct
 import sys
 from pathlib import Path
 
-from exirc import program as P
+from exirc.serialize import program as P
 from exirc.serialize import serialize
 from exirc.serialize.header import CONSTANT_ALIGNMENT
 
