@@ -91,24 +91,27 @@ class CompileResult:
 
 
 def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, Verifier]:
-    """Each stage's verifier; `kernels` names operators with a registered kernel (a
-    --plugin's) beyond the target's, so ops only a plugin runs (custom ops) pass."""
-    import functools
-
+    """Each stage's verifier, with the target's kernel checks. `kernels` names
+    operators with a registered kernel (a --plugin's) beyond the target's, so ops
+    only a plugin runs (custom ops) pass."""
     from exirc.aten.verify import verify_aten
     from exirc.backend.verify import verify_backend
     from exirc.edge.verify import verify_edge
-    from exirc.plan.kernels import check_kernels
+    from exirc.plan.kernels import check_kept_operators, check_kernels
     from exirc.plan.verify import verify_memory_plan
+
+    def verify_edge_on_target(program: ExportedProgram) -> None:
+        verify_edge(program, check_kept_operators(program.graph_module, target, kernels))
+
+    def verify_backend_on_target(program: ExportedProgram) -> None:
+        verify_backend(program, check_kept_operators(program.graph_module, target, kernels))
 
     def verify_plan(program: ExportedProgram) -> None:
         check_kernels(program.graph_module, target, kernels)
         verify_memory_plan(program)  # the final plan, after every plan pass
 
-    return {"aten": verify_aten,
-            "edge": functools.partial(verify_edge, target=target, kernels=kernels),
-            "backend": functools.partial(verify_backend, target=target, kernels=kernels),
-            "plan": verify_plan}
+    return {"aten": verify_aten, "edge": verify_edge_on_target,
+            "backend": verify_backend_on_target, "plan": verify_plan}
 
 
 def compile_methods(methods: dict[str, ExportedProgram],
@@ -266,10 +269,10 @@ def _references(sources: dict[str, MethodSource], exported: dict[str, ExportedPr
 def _verify_and_bundle(result: CompileResult, references: dict[str, Reference],
                        options: CompileOptions, kernels: KernelRegistry | None) -> None:
     """Verify first (a mismatch raises, so nothing is bundled or written), then bundle."""
-    from exirc.diagnostics.bundle import write_bundle
     from exirc.diagnostics.eager_check import bundle_references, verify_result
     from exirc.diagnostics.tolerance import Tolerance
     from exirc.serialize import serialize
+    from exirc.serialize.bundled_cases import write_bundle
 
     tolerance = Tolerance(options.rtol, options.atol)
     stages = result.report.stage_seconds

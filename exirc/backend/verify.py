@@ -6,24 +6,21 @@ Python, so the sym_prims pass must have turned them into prim ops.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 from exirc.backend.ops import BackendOp
 from exirc.edge.ops import is_edge_op
 from exirc.errors import DialectError
 from exirc.ir.control_flow import all_nodes, is_control_flow
 from exirc.ir.source import describe_node
-from exirc.plan.kernels import check_kept_operators
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
-def verify_backend(program: ExportedProgram, target: str = "portable",
-                   kernels: Iterable[str] = ()) -> None:
-    """Check a Backend graph; ops outside the Edge op set pass as in `verify_edge`."""
-    kept = check_kept_operators(program.graph_module, target, kernels)
+def verify_backend(program: ExportedProgram, kept: Collection[Any] = frozenset()) -> None:
+    """Check a Backend graph; `kept` ops outside the Edge op set pass as in `verify_edge`."""
     for node in all_nodes(program.graph_module):
         if node.op != "call_function" or is_control_flow(node):
             continue

@@ -19,8 +19,8 @@ Ops outside the Edge op set are of two kinds, reported differently:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,14 +33,12 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
-def verify_edge(program: ExportedProgram, target: str = "portable",
-                kernels: Iterable[str] = ()) -> None:
-    """Check an Edge graph; `kernels` names operators a plugin has kernels for,
-    beyond `target`'s, for the ops outside the Edge op set."""
-    from exirc.plan.kernels import check_kept_operators
-
+def verify_edge(program: ExportedProgram, kept: Collection[Any] = frozenset()) -> None:
+    """Check an Edge graph. `kept` are the ops outside the Edge op set that the
+    target runs as the model calls them: the compiler finds them with
+    `exirc.plan.kernels.check_kept_operators`, which also raises E0401 for such
+    ops no kernel runs, before this check."""
     graph_module = program.graph_module
-    kept = check_kept_operators(graph_module, target, kernels)
     for node in all_nodes(graph_module):
         if node.op != "call_function" or is_control_flow(node):
             continue
