@@ -22,6 +22,7 @@ from exirc.diagnostics.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
 from exirc.errors import UsageError
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 from exirc.serialize import program as P
+from exirc.targets import DEFAULT_TARGET
 
 if TYPE_CHECKING:
     import torch
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CompileOptions:
-    target: str = "portable"
+    target: str = DEFAULT_TARGET
     pipeline: str | Path | None = None  # a YAML file replacing the target's default
     print_ir_after_all: bool = False
     dump_dir: Path | None = None

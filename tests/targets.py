@@ -1,4 +1,4 @@
-"""The built-in targets, one per pipeline file exirc ships (`exirc/pipelines/*.yaml`).
+"""The built-in targets, one per file exirc ships (`exirc/targets/*.yaml`).
 
 Not a test module: tests that compare compiled programs with eager PyTorch
 parametrize over these, so a new target is tested the day its YAML lands.
@@ -6,17 +6,9 @@ parametrize over these, so a new target is tested the day its YAML lands.
 
 from __future__ import annotations
 
-from importlib import resources
+from exirc.targets import builtin_targets
 
-
-def builtin_targets() -> list[str]:
-    """Every target `--target` accepts, sorted: the default pipelines' names."""
-    return sorted(entry.name.removesuffix(".yaml")
-                  for entry in resources.files("exirc.pipelines").iterdir()
-                  if entry.name.endswith(".yaml"))
-
-
-TARGETS: list[str] = builtin_targets()
+TARGETS: list[str] = list(builtin_targets())
 
 # The target whose programs use only kernels ExecuTorch's portable runtime has.
 PORTABLE = "portable"

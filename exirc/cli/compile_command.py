@@ -11,6 +11,7 @@ import click
 from exirc.cli.plugins import import_plugin
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
+from exirc.targets import DEFAULT_TARGET, builtin_targets
 
 EPILOG = """\b
 MODEL is one of:
@@ -72,8 +73,9 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="Where to write the program (default: MODEL's name with .pte).")
 @click.option("--example-inputs", type=click.Path(dir_okay=False),
               help="Example inputs (.pt tuple, .npy or .npz) for a TorchScript archive.")
-@click.option("--target", default="portable", show_default=True,
-              help="Kernel set to compile for: portable (runs on ExecuTorch too) or exirc.")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True,
+              help=f"What to compile for: {' or '.join(builtin_targets())} (portable runs on "
+                   "ExecuTorch too; exirc adds exirc's fused ops).")
 @click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A pipeline YAML replacing the target's default.")
 @click.option("--print-pipeline", is_flag=True, help="Print the resolved pipeline and exit.")

@@ -20,7 +20,6 @@ import dataclasses
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import yaml
 
 from exirc.errors import UsageError
 from exirc.passes.contract import FunctionPass, Pass
+from exirc.targets import DEFAULT_TARGET, pipeline_text
 
 STAGES = ("aten", "edge", "backend", "plan")
 
@@ -82,21 +82,10 @@ def _options_of(p: Pass) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
 
 
-def default_pipeline_text(target: str) -> str:
-    try:
-        return resources.files("exirc.pipelines").joinpath(f"{target}.yaml").read_text()
-    except FileNotFoundError:
-        known = sorted(p.name.removesuffix(".yaml")
-                       for p in resources.files("exirc.pipelines").iterdir()
-                       if p.name.endswith(".yaml"))
-        raise UsageError(f"unknown target {target!r}", hint=f"targets: {', '.join(known)}") \
-            from None
-
-
-def load_pipeline(target: str = "portable", path: str | Path | None = None) -> Pipeline:
+def load_pipeline(target: str = DEFAULT_TARGET, path: str | Path | None = None) -> Pipeline:
     """The default pipeline of `target`, or the one in the YAML file `path`."""
     if path is None:
-        return parse_pipeline(default_pipeline_text(target), f"<target {target}>")
+        return parse_pipeline(pipeline_text(target), f"<target {target}>")
     try:
         text = Path(path).read_text()
     except OSError as error:
@@ -116,7 +105,7 @@ def parse_pipeline(text: str, source: str) -> Pipeline:
     if unknown:
         raise UsageError(f"{source}: unknown stage(s) {sorted(unknown)}",
                          hint=f"stages are {', '.join(STAGES)}")
-    pipeline = Pipeline(target=str(data.get("target", "portable")), source=source)
+    pipeline = Pipeline(target=str(data.get("target", DEFAULT_TARGET)), source=source)
     for stage in STAGES:
         entries = data["stages"].get(stage) or []
         if not isinstance(entries, list):

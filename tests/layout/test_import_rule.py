@@ -2,8 +2,9 @@
 
     errors                  imports nothing of exirc
     serialize (the format)  errors
-    runtime                 errors, serialize; never a compiler stage
-    ir, passes              errors, serialize: shared by every stage
+    targets (data)          errors
+    runtime                 errors, serialize, targets; never a compiler stage
+    ir, passes              errors, serialize, targets: shared by every stage
     capture -> aten -> edge -> backend -> plan -> emit
                             each stage: the above but the runtime, and the
                             stages before it
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from tests.layout.imports import Import, cycles, imports, modules
 
-BASE = ("errors", "serialize")
+BASE = ("errors", "serialize", "targets")
 SHARED = ("ir", "passes")
 STAGES = ("capture", "aten", "edge", "backend", "plan", "emit")
 ON_TOP = ("pipelines", "compiler", "diagnostics", "inspector", "cli", "__main__")
@@ -39,7 +40,7 @@ def allowed(importer: str, imported: str) -> bool:
         return True
     if importer == "errors":
         return False
-    if importer == "serialize":
+    if importer in ("serialize", "targets"):
         return imported == "errors"
     if importer == "runtime":
         return imported in BASE

@@ -1,54 +1,32 @@
-"""Target kernel lists: which operators a target's runtime has kernels for.
+"""Kernel checks: whether a target's runtime has a kernel for every op of a graph.
 
-A list is a package data file `<name>.txt` beside this module, one operator
-a line, named as the program's operator table names it:
-`namespace::name.overload`, or `namespace::name` for a default overload
-(`generate.py` writes `portable.txt` from ExecuTorch's portable runtime).
-
-Targets:
-
-    portable  ExecuTorch's portable kernels (the default)
-    exirc     the portable kernels plus exirc's backend ops (exirc.backend.ops)
-
+The targets and their kernel sets are data (`exirc.targets`); this module
+adds the compiler's side: exirc's backend ops, out-variants, and the errors.
 `check_kernels` runs at compile time, so an op the target cannot run fails
 there, not when the program is loaded.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.resources
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
 
-from exirc.errors import OperatorNotSupportedError, UnsupportedOperatorError, UsageError
+from exirc.backend.ops import registered_kernel_names
+from exirc.errors import OperatorNotSupportedError, UnsupportedOperatorError
 from exirc.ir.source import source_location
 from exirc.plan.to_out_variants import out_variant
-
-TARGETS = ("portable", "exirc")
-DEFAULT_TARGET = "portable"
-
-
-@functools.cache
-def _read_list(name: str) -> frozenset[str]:
-    text = importlib.resources.files(__name__).joinpath(f"{name}.txt").read_text()
-    return frozenset(line.strip() for line in text.splitlines() if line.strip())
+from exirc.targets import BACKEND_OPS, builtin_targets, kernel_list, kernel_sets
 
 
 def kernels_for_target(target: str, extra: Iterable[str] = ()) -> frozenset[str]:
     """The operators `target` has kernels for, plus `extra` (more operator names)."""
-    if target not in TARGETS:
-        raise UsageError(f"unknown target {target!r}",
-                         hint=f"choose one of: {', '.join(TARGETS)}")
-    names = set(_read_list("portable"))
-    if target == "exirc":
-        from exirc.backend.ops import registered_kernel_names
-
-        names |= registered_kernel_names()
-    names.update(extra)
+    names: set[str] = set(extra)
+    for kernel_set in kernel_sets(target):
+        names |= registered_kernel_names() if kernel_set == BACKEND_OPS \
+            else kernel_list(kernel_set)
     return frozenset(names)
 
 
@@ -168,6 +146,7 @@ def check_kernels(graph_module: GraphModule, target: str, extra: Iterable[str] =
     subgraphs) that `target` has no kernel for, with where each is used."""
     available = kernels_for_target(target, extra)
     missing: dict[str, list[str]] = {}  # "aten::foo.out (no kernel)" -> uses
+    missing_ops: set[Any] = set()
     for node in _calls(graph_module):
         reason = _missing_kernel(node.target, available)
         if reason is None:
@@ -175,11 +154,14 @@ def check_kernels(graph_module: GraphModule, target: str, extra: Iterable[str] =
         where = source_location(node)
         use = f"%{node.name}" + (f" at {where}" if where else "")
         missing.setdefault(f"{kernel_name(node.target)} ({reason})", []).append(use)
+        missing_ops.add(node.target)
     if not missing:
         return
     listed = "; ".join(f"{op}: {_shorten(uses)}" for op, uses in missing.items())
     count = f"{len(missing)} op{'s' if len(missing) > 1 else ''}"
     hint = "register a backend op with a kernel for it, or decompose it into supported ops"
-    if target != "exirc":
-        hint = "use --target exirc, or " + hint
+    able = [other for other in builtin_targets() if other != target and not any(
+        _missing_kernel(op, kernels_for_target(other, extra)) for op in missing_ops)]
+    if able:
+        hint = f"use --target {' or '.join(able)}, or " + hint
     raise UnsupportedOperatorError(f"target {target!r} cannot run {count}: {listed}", hint=hint)
