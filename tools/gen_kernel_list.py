@@ -1,4 +1,4 @@
-"""Generate the target kernel lists: `<target>.txt` beside this file.
+"""Generate the portable kernel list: `exirc/targets/portable_kernels.txt`.
 
 A developer script, run by hand when the ExecuTorch release we target
 changes; nothing imports it at compile time:
@@ -6,7 +6,7 @@ changes; nothing imports it at compile time:
     python -m tools.gen_kernel_list
 
 It needs the test oracle installed (`pip install --no-deps executorch==1.5.1`,
-as `make install` does): `portable.txt` is the list of operators the portable
+as `make install` does): the list is the list of operators the portable
 runtime of that release registers, read from its Python bindings
 (`portable_lib._get_operator_names()`), one `namespace::name.overload` a line
 (the overload left out for a default overload, as ExecuTorch names them),
@@ -20,7 +20,7 @@ import importlib.metadata
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1] / "exirc" / "plan" / "kernels"
+LIST = Path(__file__).resolve().parents[1] / "exirc" / "targets" / "portable_kernels.txt"
 
 
 def portable_operator_names() -> list[str]:
@@ -32,8 +32,8 @@ def portable_operator_names() -> list[str]:
 def main() -> int:
     version = importlib.metadata.version("executorch")
     names = portable_operator_names()
-    (HERE / "portable.txt").write_text("\n".join(names) + "\n")
-    print(f"wrote portable.txt: {len(names)} operators of ExecuTorch {version}", file=sys.stderr)
+    LIST.write_text("\n".join(names) + "\n")
+    print(f"wrote {LIST.name}: {len(names)} operators of ExecuTorch {version}", file=sys.stderr)
     return 0
 
 
