@@ -5,6 +5,7 @@
 """
 
 from exirc.capture.export import capture
-from exirc.capture.load import LoadedModel, MethodSource, load_model
+from exirc.capture.load import load_model
+from exirc.capture.loaded_model import LoadedModel, MethodSource
 
 __all__ = ["LoadedModel", "MethodSource", "capture", "load_model"]

@@ -35,7 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from exirc.capture.load import MAIN_METHOD, MethodSource, Warn, describe, first_line
+from exirc.capture.export_failures import export_error, quiet_torch
+from exirc.capture.loaded_model import MAIN_METHOD, MethodSource, Warn
+from exirc.capture.messages import describe, first_line
+from exirc.capture.torchscript_control_flow import has_computed_loop, has_loop
+from exirc.capture.torchscript_interpreter import TorchScriptProgram, exirc_error_in
 from exirc.errors import ModelError, UsageError
 from exirc.ir.source import display_path
 
@@ -80,8 +84,6 @@ def convert(module: torch.jit.ScriptModule, example_inputs: tuple[Any, ...],
     count or condition computed) is left to `TorchScriptProgram`, which
     makes it a while_loop, as is any loop in a graph the converter fails on.
     """
-    from exirc.capture.torchscript_control_flow import has_computed_loop, has_loop
-
     graph = module.inlined_graph
     if has_computed_loop(graph):
         return _interpret(module, example_inputs, dynamic_shapes, origin)
@@ -111,22 +113,16 @@ def _convert_with_torch(module: torch.jit.ScriptModule, example_inputs: tuple[An
 def _interpret(module: torch.jit.ScriptModule, example_inputs: tuple[Any, ...],
                dynamic_shapes: Any, origin: str) -> ExportedProgram:
     """Export the graph run node by node: data-dependent loops become while_loops."""
-    from exirc.capture.torchscript_interpreter import TorchScriptProgram
-
     return _export(TorchScriptProgram(module, origin), example_inputs, dynamic_shapes, origin)
 
 
 def _export(module: torch.nn.Module, example_inputs: tuple[Any, ...], dynamic_shapes: Any,
             origin: str) -> ExportedProgram:
-    from exirc.capture.export import export_error, quiet_torch
-
     try:
         with quiet_torch():
             return torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
                                        strict=False)
     except Exception as e:
-        from exirc.capture.torchscript_interpreter import exirc_error_in
-
         ours = exirc_error_in(e)  # the interpreter's, naming the TorchScript line
         if ours is not None:
             raise ours from ours.__cause__  # not torch's wrapper around it
