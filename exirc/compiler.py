@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from exirc.backend.ops import BackendOp
     from exirc.capture import MethodSource
     from exirc.diagnostics.eager_check import VerificationReport
     from exirc.diagnostics.reference import Reference
@@ -126,7 +128,7 @@ def compile_methods(methods: dict[str, ExportedProgram],
     from exirc.ir.state import plan_state
     from exirc.passes.pipeline import load_pipeline
     from exirc.plan.limits import check_arena_limit
-    from exirc.serialize import serialize
+    from exirc.serialize.writer import serialize
 
     pipeline = load_pipeline(options.target, options.pipeline)
     plan_state(methods)  # buffers the model updates: program state, not constants
@@ -158,20 +160,25 @@ def compile_methods(methods: dict[str, ExportedProgram],
 def _registered(kernels: KernelRegistry | None) -> frozenset[str]:
     from exirc.runtime.kernels import KERNELS
 
+    install_backend_kernels()  # ops bound to patterns (a plugin's) run, so they pass the checks
     return (KERNELS if kernels is None else kernels).operator_names()
 
 
 def _fill_report(report: CompileReport, program: P.Program,
                  planned: dict[str, ExportedProgram], file_bytes: int) -> None:
     for plan in program.execution_plan:
-        report.state_bytes = max([report.state_bytes, *plan.non_const_buffer_sizes[2:]])
+        report.state_bytes = max([report.state_bytes,
+                                  *plan.non_const_buffer_sizes[P.FIRST_SHARED_BUFFER:]])
         for chain in plan.chains:
             report.instructions += len(chain.instructions)
             report.kernel_calls += sum(isinstance(i, P.KernelCall) for i in chain.instructions)
+    from exirc.ir.meta import memory_plan
+
     for exported in planned.values():
-        memory = exported.graph_module.meta.get("memory_plan")
-        report.arena_bytes += int(getattr(memory, "arena_bytes", 0))
-        report.lower_bound_bytes += int(getattr(memory, "lower_bound", 0))
+        memory = memory_plan(exported.graph_module)
+        if memory is not None:
+            report.arena_bytes += memory.arena_bytes
+            report.lower_bound_bytes += memory.lower_bound
     if program.constant_segment is not None and program.segments:
         report.constant_bytes = len(program.segments[program.constant_segment.segment_index].data)
     report.file_bytes = file_bytes
@@ -272,9 +279,10 @@ def _verify_and_bundle(result: CompileResult, references: dict[str, Reference],
     """Verify first (a mismatch raises, so nothing is bundled or written), then bundle."""
     from exirc.diagnostics.eager_check import bundle_references, verify_result
     from exirc.diagnostics.tolerance import Tolerance
-    from exirc.serialize import serialize
     from exirc.serialize.bundled_cases import write_bundle
+    from exirc.serialize.writer import serialize
 
+    install_backend_kernels()  # both run the program in-process
     tolerance = Tolerance(options.rtol, options.atol)
     stages = result.report.stage_seconds
     if options.verify:
@@ -291,6 +299,62 @@ def _verify_and_bundle(result: CompileResult, references: dict[str, Reference],
         result.report.file_bytes = len(result.data)
         result.bundled_cases = len(bundle.cases)
         stages["bundle"] = time.perf_counter() - started
+
+
+# -- kernels for backend ops bound to patterns -----------------------------------
+
+# Per registry: operator key -> the backend op whose kernel was installed there.
+_INSTALLED: weakref.WeakKeyDictionary[KernelRegistry, dict[str, BackendOp]] = \
+    weakref.WeakKeyDictionary()
+
+
+def install_backend_kernels(registry: KernelRegistry | None = None) -> None:
+    """Give each backend op bound with `exirc.backend.ops.bind_pattern_to_op` a
+    kernel in the interpreter's `registry` (default: exirc.runtime's) unless it
+    has one: the binding's `out_kernel`, else one that runs the op's pattern and
+    copies the result into its out (an op without exactly one out gets none, and
+    the runtime reports it missing). A kernel the runtime ships or a user
+    registered stays, except that an `out_kernel` replaces it.
+
+    The bridge between the compiler's op registry and the runtime's lives here
+    because neither may import the other's. Compiling (its kernel checks,
+    `--verify`, `--bundle`) and `exirc run --plugin` call it; Python API users who
+    bind their own pattern ops call it before running a program that uses them.
+    Calling it again installs only what was bound since; an op bound again
+    replaces the kernel installed for its earlier binding."""
+    from exirc.backend import ops
+    from exirc.runtime.kernels import KERNELS, operator_key
+
+    registry = KERNELS if registry is None else registry
+    installed = _INSTALLED.setdefault(registry, {})
+    for op in list(ops.REGISTRY.values()):
+        key = operator_key(*op.kernel_name)
+        earlier = installed.get(key)
+        if earlier is op:
+            continue
+        if (op.out_kernel is None and earlier is None
+                and registry.find(*op.kernel_name) is not None):
+            continue  # the runtime ships a kernel for it (exirc_ops, prim_ops), or a user
+        kernel = op.out_kernel or _pattern_kernel(op)
+        if kernel is not None:
+            registry.register(str(op._schema), kernel)
+            installed[key] = op
+
+
+def _pattern_kernel(op: BackendOp) -> Callable[..., Any] | None:
+    """A kernel running `op`'s pattern into its one out, or None if it has not one."""
+    from exirc.runtime.kernels import copy_into
+
+    outs = op.out_names
+    if len(outs) != 1:
+        return None
+    out_name, pattern = outs[0], op.pattern
+
+    def run_pattern(*args: Any, **kwargs: Any) -> Any:
+        out = kwargs.pop(out_name)
+        copy_into(out, pattern(*args, **kwargs))
+        return out
+    return run_pattern
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -16,7 +16,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.utils._pytree import tree_map_only
 
-from exirc.edge.constants import CONSTANT_NAME, add_constant, constant_tensor, input_target
+from exirc.edge.constants import add_constant, constant_tensor, input_target
 from exirc.ir.control_flow import (
     ConstantThreader,
     is_control_flow,
@@ -24,6 +24,7 @@ from exirc.ir.control_flow import (
     subgraphs,
     whole_operands,
 )
+from exirc.ir.meta import constant_name
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def _described(program: ExportedProgram, node: Node, bound: dict[Node, Node]) ->
         if current in bound:
             todo.append(bound[current])
         elif current.op == "placeholder":
-            name = current.meta.get(CONSTANT_NAME) or input_target(program, current)
+            name = constant_name(current) or input_target(program, current)
             if name and name not in sources:
                 sources.append(name)
         else:

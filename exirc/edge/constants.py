@@ -14,18 +14,13 @@ import torch
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from exirc.ir.control_flow import unused_placeholder_name
-from exirc.ir.state import state_slot
+from exirc.ir.meta import set_constant_name, state_slot
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
 
 CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
-
-# node.meta key: what a constant made by a pass is, for people (the size
-# report), e.g. "fc1.weight (permute_copy)"; its target is only an identifier.
-CONSTANT_NAME = "exirc_constant_name"
-
 
 def input_specs_by_name(program: ExportedProgram) -> dict[str, InputSpec]:
     return {
@@ -66,7 +61,7 @@ def add_constant(program: ExportedProgram, name: str, value: torch.Tensor,
                  described: str | None = None) -> Node:
     """A new constant placeholder holding `value`, placed before user inputs.
 
-    `described` says what it is for people (see CONSTANT_NAME)."""
+    `described` says what it is for people (its `constant_name`, for the size report)."""
     graph = program.graph_module.graph
     name = unused_placeholder_name(graph, name)
     specs = program.graph_signature.input_specs
@@ -84,7 +79,7 @@ def add_constant(program: ExportedProgram, name: str, value: torch.Tensor,
             node = graph.placeholder(name)
     node.meta["val"] = _fake_like(program, value)
     if described:
-        node.meta[CONSTANT_NAME] = described
+        set_constant_name(node, described)
     specs.insert(first_user, InputSpec(kind=InputKind.CONSTANT_TENSOR,
                                        arg=TensorArgument(name=node.name), target=node.name,
                                        persistent=None))

@@ -16,14 +16,14 @@ import torch
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx import GraphModule, Node
 
-from exirc.edge.constants import CONSTANT_NAME
 from exirc.emit.constants import ConstantTable
 from exirc.emit.frames import program_frames
 from exirc.emit.jumps import emit_control_flow
 from exirc.emit.values import ValueTable
 from exirc.errors import InternalError, UnsupportedOperatorError, UsageError
 from exirc.ir.control_flow import output_values, placeholders
-from exirc.ir.state import STATE_MEMORY_ID, StateSlot, state_slot
+from exirc.ir.meta import constant_name, memory_plan, planned_memory, state_slot
+from exirc.ir.state import STATE_MEMORY_ID, StateSlot
 from exirc.plan.alias_views import alias_view
 from exirc.plan.alloc import is_alloc
 from exirc.plan.control_flow import is_out_form
@@ -32,9 +32,6 @@ from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
-
-ARENA_ID = 1
-
 
 def operator_name(target: Any) -> tuple[str, str]:
     """(name, overload) of a kernel, e.g. ("aten::add", "out")."""
@@ -86,8 +83,8 @@ class MethodEmitter:
                 self.output(node)
             else:
                 self.body_node(node)
-        plan_meta = self.program.graph_module.meta.get("memory_plan")
-        arena = int(getattr(plan_meta, "arena_bytes", 0))
+        plan = memory_plan(self.program.graph_module)
+        arena = 0 if plan is None else plan.arena_bytes
         return P.ExecutionPlan(
             name=self.name,
             values=self.table.values,
@@ -169,7 +166,7 @@ class MethodEmitter:
         if spec is not None and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
                                               InputKind.CONSTANT_TENSOR):
             tensor = self._constant(spec.target)
-            name = node.meta.get(CONSTANT_NAME, spec.target)
+            name = constant_name(node) or spec.target
             self.table.of_node[node] = self.table.tensor(
                 fake, data_buffer_idx=self.constants.add(tensor, name))
             return
@@ -203,7 +200,7 @@ class MethodEmitter:
         return value
 
     def _allocation(self, node: Node) -> P.AllocationDetails | None:
-        memory = node.meta.get("memory")
+        memory = planned_memory(node)
         if memory is None:
             return None
         memory_id, offset = memory

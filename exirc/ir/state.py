@@ -7,7 +7,7 @@ prefill/decode pattern of an LLM with a static KV cache).
 
 The compiler finds such buffers in the captured (ATen) methods before any
 pass runs, gives each one a slot in the *state arena* and marks its
-placeholders with `STATE_META`, in every method that reads or writes it:
+placeholders (`exirc.ir.meta.state_slot`), in every method that reads or writes it:
 
     passes      never fold or drop a marked placeholder (it is not constant)
     write_back  the functional graph's buffer-mutation outputs become
@@ -30,14 +30,13 @@ from typing import TYPE_CHECKING
 import torch
 from torch.export.graph_signature import InputKind, TensorArgument
 
+from exirc.ir.meta import set_state_slot, state_slot
 from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torch.fx import Node
 
-# node.meta key on a placeholder that is program state: its StateSlot.
-STATE_META = "exirc_state"
 # The memory id of the state arena (1 is the per-method activation arena).
 STATE_MEMORY_ID = P.FIRST_SHARED_BUFFER
 STATE_ALIGNMENT = 16
@@ -90,14 +89,8 @@ def plan_state(methods: dict[str, ExportedProgram]) -> StateLayout:
                 slot = StateSlot(name, layout.arena_bytes, nbytes)
                 layout.slots[name] = slot
                 layout.arena_bytes += -(-nbytes // STATE_ALIGNMENT) * STATE_ALIGNMENT
-            node.meta[STATE_META] = slot
+            set_state_slot(node, slot)
     return layout
-
-
-def state_slot(node: Node) -> StateSlot | None:
-    """The state slot of a placeholder, or None if it is not program state."""
-    slot = node.meta.get(STATE_META) if node.op == "placeholder" else None
-    return slot if isinstance(slot, StateSlot) else None
 
 
 def is_stateful(program: ExportedProgram) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from exirc.errors import ExircError, UsageError
+from exirc.ir.meta import memory_plan, planned_memory
 from exirc.ir.source import source_location
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def check_arena_limit(methods: Mapping[str, ExportedProgram], limit: int | None)
     """Raise ArenaLimitError for the first method whose planned arena exceeds `limit`.
 
     `methods` are planned programs (the memory_plan pass put a `MemoryPlan`
-    in `graph_module.meta["memory_plan"]`); a method without a plan has no
+    as its `memory_plan`); a method without a plan has no
     planned memory and so always fits. `limit` None means no limit.
     """
     if limit is None:
@@ -81,7 +82,7 @@ def check_arena_limit(methods: Mapping[str, ExportedProgram], limit: int | None)
     if limit < 0:
         raise UsageError(f"the arena limit must be a non-negative number of bytes, not {limit}")
     for name, program in methods.items():
-        plan = program.graph_module.meta.get("memory_plan")
+        plan = memory_plan(program.graph_module)
         if plan is not None and plan.arena_bytes > limit:
             raise _over_limit(name, program, plan.arena_bytes, plan.lower_bound, limit)
 
@@ -102,7 +103,7 @@ def _over_limit(method: str, program: ExportedProgram, arena: int, lower_bound: 
 
 
 def largest_planned_tensors(program: ExportedProgram) -> list[tuple[Node, int]]:
-    """Planned tensors (nodes with `meta["memory"]`) and their bytes, largest first.
+    """Planned tensors (nodes with a `planned_memory`) and their bytes, largest first.
 
     Sizes are measured as the planner measured them (dynamic dims at their
     upper bounds), by the same function; only a failing check pays for it.
@@ -112,9 +113,9 @@ def largest_planned_tensors(program: ExportedProgram) -> list[tuple[Node, int]]:
 
     graph = program.graph_module.graph
     user_inputs = {node.name for node in graph.nodes
-                   if node.op == "placeholder" and "memory" in node.meta}
+                   if node.op == "placeholder" and planned_memory(node) is not None}
     lifetimes = tensor_lifetimes(graph, user_inputs, view_ops={alias_view})
-    planned = [lt for lt in lifetimes if "memory" in lt.node.meta]
+    planned = [lt for lt in lifetimes if planned_memory(lt.node) is not None]
     order = {lt.node: i for i, lt in enumerate(planned)}
     return [(lt.node, lt.nbytes)
             for lt in sorted(planned, key=lambda lt: (-lt.nbytes, order[lt.node]))]

@@ -8,7 +8,8 @@ from typing import ClassVar
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from exirc.ir.state import STATE_MEMORY_ID, state_slot
+from exirc.ir.meta import set_memory_plan, set_planned_memory, state_slot
+from exirc.ir.state import STATE_MEMORY_ID
 from exirc.passes.contract import Pass, PassResult
 from exirc.plan.alias_views import alias_view
 from exirc.plan.lifetimes import tensor_lifetimes
@@ -23,10 +24,10 @@ class MemoryPlanPass(Pass):
     """Give every planned tensor a place in one arena, and prove the plan sound.
 
     Takes and returns the out-variant Edge/Backend dialect program (every op
-    writes into an `alloc` node through its out arguments). Records
-    `node.meta["memory"] = (1, offset)` on each user input and alloc node, and
-    the `MemoryPlan` (arena size, lower bound) in
-    `graph_module.meta["memory_plan"]` for the emitter and the compile report.
+    writes into an `alloc` node through its out arguments). Records each user
+    input's and alloc node's `planned_memory` (memory id 1, offset), and the
+    method's `memory_plan` (arena size, lower bound) for the emitter and the
+    compile report (`exirc.ir.meta`).
     """
 
     name: ClassVar[str] = "memory_plan"
@@ -44,10 +45,10 @@ class MemoryPlanPass(Pass):
         plan = plan_memory(lifetimes, alignment=self.alignment, algorithm=self.algorithm)
         check_plan(lifetimes, plan)
         for lt in lifetimes:
-            lt.node.meta["memory"] = (ARENA_ID, plan.offsets[lt.node])
+            set_planned_memory(lt.node, ARENA_ID, plan.offsets[lt.node])
         for node in graph_module.graph.nodes:
             slot = state_slot(node)
             if slot is not None:  # program state: its own slot, for every call
-                node.meta["memory"] = (STATE_MEMORY_ID, slot.offset)
-        graph_module.meta["memory_plan"] = plan
+                set_planned_memory(node, STATE_MEMORY_ID, slot.offset)
+        set_memory_plan(graph_module, plan)
         return PassResult(program, changed=True)

@@ -1,7 +1,7 @@
 """The plan stage's verifier: the memory plan the emitter will write is sound.
 
 `memory_plan` proves the plan it makes, but it is not the last word: a pass
-after it in a user's pipeline may move a tensor (`meta["memory"]`) or make
+after it in a user's pipeline may move a tensor (its `planned_memory`) or make
 one live longer, and the emitter writes whatever offsets the final graph
 carries. So after every plan pass has run, the lifetimes are measured again
 on the final graph, the arena offsets read back from it, and the pair check
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from torch.export.graph_signature import InputKind, TensorArgument
 
 from exirc.errors import InternalError
+from exirc.ir.meta import memory_plan, planned_memory
 from exirc.plan.alias_views import alias_view
 from exirc.plan.lifetimes import Lifetime, tensor_lifetimes
 from exirc.plan.memory_plan import ARENA_ID
@@ -38,14 +39,14 @@ def verify_memory_plan(program: ExportedProgram) -> None:
     arena. A program no `memory_plan` ran on has no plan to check.
     """
     graph_module = program.graph_module
-    recorded = graph_module.meta.get("memory_plan")
+    recorded = memory_plan(graph_module)
     if not isinstance(recorded, MemoryPlan):
         return
     lifetimes = tensor_lifetimes(graph_module.graph, _user_tensor_inputs(program),
                                  view_ops={alias_view})
     # Tensors placed in memory of their own (not the arena) share no arena bytes.
     in_arena = [lt for lt in lifetimes if _memory_id(lt) in (None, ARENA_ID)]
-    offsets = {lt.node: lt.node.meta["memory"][1] for lt in in_arena
+    offsets = {lt.node: _offset(lt) for lt in in_arena
                if _memory_id(lt) is not None}  # a tensor without one: check_plan names it
     final = MemoryPlan(offsets, recorded.arena_bytes, recorded.lower_bound,
                        recorded.alignment, recorded.algorithm)
@@ -55,8 +56,14 @@ def verify_memory_plan(program: ExportedProgram) -> None:
         raise InternalError(error.message, hint=_HINT) from None
 
 
+def _offset(lt: Lifetime) -> int:
+    memory = planned_memory(lt.node)
+    assert memory is not None
+    return memory[1]
+
+
 def _memory_id(lt: Lifetime) -> int | None:
-    memory = lt.node.meta.get("memory")
+    memory = planned_memory(lt.node)
     return None if memory is None else int(memory[0])
 
 

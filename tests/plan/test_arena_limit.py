@@ -11,6 +11,7 @@ import torch
 
 from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import UsageError
+from exirc.ir.meta import set_memory_plan
 from exirc.plan.limits import ArenaLimitError, check_arena_limit, format_size, parse_size
 from tests.compile.test_cli_compile import MLP, listing, run, write
 
@@ -139,7 +140,7 @@ def test_the_method_over_the_limit_is_named_with_sizes_at_the_shape_bounds() -> 
 def test_when_the_lower_bound_fits_the_hint_says_so() -> None:
     # A stand-in planned program: the check reads only the plan and the graph.
     graph_module = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
-    graph_module.meta["memory_plan"] = SimpleNamespace(arena_bytes=2048, lower_bound=1024)
+    set_memory_plan(graph_module, SimpleNamespace(arena_bytes=2048, lower_bound=1024))  # type: ignore[arg-type]
     program = SimpleNamespace(graph_module=graph_module)
 
     check_arena_limit({"forward": program}, 2048)  # type: ignore[dict-item]

@@ -16,6 +16,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx import Graph, Node
 
 from exirc.errors import InternalError, ModelError, UsageError
+from exirc.ir.meta import memory_plan, planned_memory
 from exirc.plan.alloc import alloc, is_alloc
 from exirc.plan.lifetimes import Lifetime, tensor_lifetimes
 from exirc.plan.memory_plan import MemoryPlanPass
@@ -475,21 +476,21 @@ def test_memory_plan_pass_annotates_planned_nodes() -> None:
     result = MemoryPlanPass().run(program)
 
     assert result.changed and result.program is program
-    plan = program.graph_module.meta["memory_plan"]
+    plan = memory_plan(program.graph_module)
     assert isinstance(plan, MemoryPlan)
     assert (plan.arena_bytes, plan.lower_bound, plan.alignment) == (704, 704, 16)
-    planned = [n for n in program.graph_module.graph.nodes if "memory" in n.meta]
+    planned = [n for n in program.graph_module.graph.nodes if planned_memory(n) is not None]
     assert {n.name for n in planned if not is_alloc(n)} == {"x"}  # weights are constants
     assert sum(map(is_alloc, planned)) == 5
     for node in planned:
-        assert node.meta["memory"] == (1, plan.offsets[node])
+        assert planned_memory(node) == (1, plan.offsets[node])
     assert MemoryPlanPass.name == "memory_plan"
 
 
 def test_memory_plan_pass_options() -> None:
     program, _ = _export("mlp")
     MemoryPlanPass(alignment=64, algorithm="naive").run(program)
-    plan = program.graph_module.meta["memory_plan"]
+    plan = memory_plan(program.graph_module)
     assert (plan.algorithm, plan.arena_bytes) == ("naive", 1152)
     with pytest.raises(UsageError):
         MemoryPlanPass(algorithm="nope").run(program)

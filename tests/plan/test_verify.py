@@ -25,6 +25,7 @@ from exirc.backend.ops import addmm_relu
 from exirc.cli.app import main
 from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import InternalError
+from exirc.ir.meta import planned_memory, set_memory_plan, set_planned_memory
 from exirc.passes.pipeline import load_pipeline
 from exirc.plan.alloc import alloc
 from exirc.plan.lifetimes import tensor_lifetimes
@@ -105,8 +106,9 @@ def _planned(target: str) -> torch.export.ExportedProgram:
 def _live_pair(program: torch.export.ExportedProgram) -> tuple[Node, Node]:
     """Two planned tensors live at the same time (at different offsets)."""
     graph = program.graph_module.graph
-    lifetimes = tensor_lifetimes(graph, {n.name for n in graph.nodes
-                                         if n.op == "placeholder" and "memory" in n.meta})
+    inputs = {n.name for n in graph.nodes
+              if n.op == "placeholder" and planned_memory(n) is not None}
+    lifetimes = tensor_lifetimes(graph, inputs)
     for i, a in enumerate(lifetimes):
         for b in lifetimes[i + 1:]:
             if a.overlaps(b):
@@ -123,7 +125,7 @@ def test_a_moved_tensor_is_named_with_both_lifetimes_and_byte_ranges() -> None:
     program = _planned("portable")
     a, b = _live_pair(program)
     small, big = sorted((a, b), key=lambda n: n.meta["val"].numel())  # it fits the arena
-    small.meta["memory"] = big.meta["memory"]
+    set_planned_memory(small, *_memory(big))
 
     with pytest.raises(InternalError) as caught:
         verify_memory_plan(program)
@@ -138,7 +140,7 @@ def test_a_moved_tensor_is_named_with_both_lifetimes_and_byte_ranges() -> None:
 
 def test_a_program_with_no_plan_has_nothing_to_verify() -> None:
     program = _planned("portable")
-    del program.graph_module.meta["memory_plan"]
+    set_memory_plan(program.graph_module, None)
     verify_memory_plan(program)
 
 
@@ -147,6 +149,7 @@ def test_a_program_with_no_plan_has_nothing_to_verify() -> None:
 COLLIDE = '''
 from exirc.passes.contract import PassResult
 from exirc.plan.lifetimes import tensor_lifetimes
+from exirc.ir.meta import planned_memory, set_planned_memory
 from exirc.plan.alias_views import alias_view
 
 MOVED = []
@@ -154,13 +157,14 @@ MOVED = []
 
 def collide(program):
     graph = program.graph_module.graph
-    inputs = {n.name for n in graph.nodes if n.op == "placeholder" and "memory" in n.meta}
+    inputs = {n.name for n in graph.nodes
+              if n.op == "placeholder" and planned_memory(n) is not None}
     lifetimes = tensor_lifetimes(graph, inputs, view_ops={alias_view})
     for i, a in enumerate(lifetimes):
         for b in lifetimes[i + 1:]:
             if a.overlaps(b):
                 small, big = sorted((a, b), key=lambda lt: lt.nbytes)  # it fits the arena
-                small.node.meta["memory"] = big.node.meta["memory"]
+                set_planned_memory(small.node, *planned_memory(big.node))
                 MOVED.append((a.node.name, b.node.name))
                 return PassResult(program, True)
     return PassResult(program, False)
@@ -213,3 +217,9 @@ def test_a_pass_after_memory_plan_that_breaks_the_plan_fails_the_compile(
     assert "Traceback" not in err
     assert not pte.exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".model.pte.")]
+
+
+def _memory(node: torch.fx.Node) -> tuple[int, int]:
+    memory = planned_memory(node)
+    assert memory is not None
+    return memory

@@ -27,4 +27,4 @@ class Peek(nn.Module):
 
 model = Accumulator().eval()
 example_inputs = (torch.randn(2, 3),)
-methods = {"peek": (Peek(model), (torch.tensor(2.0),))}
+methods = {"peek": (Peek(model).eval(), (torch.tensor(2.0),))}
