@@ -8,7 +8,8 @@ import textwrap
 import click
 
 from exirc.cli.style import Style, styler
-from exirc.diagnostics.catalogue import CATALOGUE, EXIT_CODES, ErrorDoc, closest_codes, lookup
+from exirc.diagnostics.catalogue import CATALOGUE, closest_codes, lookup
+from exirc.diagnostics.error_doc import EXIT_CODES, ErrorDoc
 from exirc.errors import UsageError
 
 EPILOG = """\b

@@ -10,9 +10,11 @@ import click
 
 from exirc.cli.style import styler
 from exirc.inspector.describe import describe, program_shapes
-from exirc.inspector.memory_report import MethodMemory, memory_report, render_memory
+from exirc.inspector.memory_report import MethodMemory, memory_report
+from exirc.inspector.memory_report_text import render_memory
 from exirc.inspector.render import render_instructions, render_summary
-from exirc.inspector.size import render_size, size_report
+from exirc.inspector.size import size_report
+from exirc.inspector.size_text import render_size
 from exirc.serialize import read_program_file
 from exirc.serialize.reader import map_file
 

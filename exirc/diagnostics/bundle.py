@@ -1,306 +1,45 @@
-"""Bundled test cases: inputs and expected outputs stored inside the program.
+"""Bundled test cases: making them from tensors, and checking a program against them.
 
 `exirc compile --bundle` stores, per method, the inputs it was verified on
 and eager PyTorch's outputs for them; `exirc run --check` runs them again
-and compares. ExecuTorch keeps such cases in a separate file format
-(`.bpte`); ours live in a named-data segment (`NAMED_DATA_KEY`) of the
-program itself, which ExecuTorch's runtime never asks for and so ignores:
-the file stays a normal program everywhere.
-
-The segment (all integers little-endian, as in the rest of the file):
-
-    0   magic b"EXIRCBIO"
-    8   u32 format version (1)
-    12  u32 header length H
-    16  header: H bytes of UTF-8 JSON
-        padding to a 16-byte boundary
-    D   tensor data, each tensor's bytes at a 16-aligned offset from D
-
-    header = {"rtol": 1e-4, "atol": 1e-5, "cases": [
-        {"method": "forward",
-         "inputs":  [VALUE, ...],
-         "outputs": [VALUE or null, ...]},    # null: an output not checked
-    ]}
-    VALUE = {"dtype": "float32", "shape": [2, 8], "offset": 0}   # a tensor
-          | {"int": 3} | {"bool": true} | {"float": "0.5"}     # floats as text: nan, inf
-
-Nothing is pickled or evaluated. The file may be hostile, so `decode`
-checks every field (sizes computed with Python ints, every tensor inside the
-data) and bounds the header, the number of cases and of values, and raises
-`FormatError` naming the field. This module imports neither torch nor numpy
-(`exirc inspect` reads it); the functions that make tensors import torch.
+and compares. The cases live in a named-data segment of the program, whose
+format is `exirc.serialize.bundled_cases` (which `exirc inspect` reads
+without torch); this module turns tensors into bundled values and back, and
+runs the checks.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from exirc.diagnostics.compare import Difference, Tolerance, compare, describe_failures, worst
 from exirc.errors import FormatError, UsageError
-from exirc.serialize import program as P
+from exirc.serialize.bundled_cases import (
+    ITEMSIZE,
+    SEGMENT_FIELD,
+    Bundle,
+    BundledCase,
+    BundledTensor,
+    BundledValue,
+    read_bundle,
+)
 
 if TYPE_CHECKING:
-    from exirc.diagnostics.compare import Difference
     from exirc.runtime.loader import LoadedProgram
 
-NAMED_DATA_KEY = "exirc.bundled_io"
-MAGIC = b"EXIRCBIO"
-FORMAT_VERSION = 1
-ALIGNMENT = 16
-MAX_HEADER_BYTES = 1 << 22
-MAX_CASES = 4096
-MAX_VALUES = 4096  # inputs plus outputs of one case
-MAX_DIMS = 32
-MAX_BUNDLE_BYTES = 1 << 28  # what `--bundle` agrees to store
-_PREFIX = struct.Struct("<8sII")
-_WHERE = f"named_data[{NAMED_DATA_KEY!r}]"
-
-# Element types by the names torch gives them, and their sizes.
-ITEMSIZE = {
-    "bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-    "uint16": 2, "uint32": 4, "uint64": 8, "float16": 2, "bfloat16": 2, "float32": 4,
-    "float64": 8, "complex64": 8, "complex128": 16,
-}
-
-
-@dataclass(frozen=True)
-class BundledTensor:
-    dtype: str  # a key of ITEMSIZE
-    shape: tuple[int, ...]
-    data: bytes | memoryview  # little-endian, C order
-
-    def describe(self) -> str:
-        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
-
-
-BundledValue = BundledTensor | bool | int | float
-
-
-@dataclass(frozen=True)
-class BundledCase:
-    method: str
-    inputs: tuple[BundledValue, ...]
-    outputs: tuple[BundledValue | None, ...]  # one per program output; None: not checked
-    # For a method with program state: 0 runs from the initial state, k > 0
-    # right after call k - 1 (the case before it).
-    call: int = 0
-
-
-@dataclass(frozen=True)
-class Bundle:
-    cases: tuple[BundledCase, ...]
-    rtol: float
-    atol: float
-
-    def counts(self) -> dict[str, int]:
-        """Cases per method, in the order methods first appear."""
-        counts: dict[str, int] = {}
-        for case in self.cases:
-            counts[case.method] = counts.get(case.method, 0) + 1
-        return counts
-
-    def numbered(self) -> list[tuple[int, BundledCase]]:
-        """Each case with its number among its method's cases (`forward case 1`)."""
-        seen: dict[str, int] = {}
-        numbered = []
-        for case in self.cases:
-            number = seen.get(case.method, 0)
-            seen[case.method] = number + 1
-            numbered.append((number, case))
-        return numbered
-
 
 # ---------------------------------------------------------------------------
-# The program's segment.
-# ---------------------------------------------------------------------------
-
-
-def read_bundle(program: P.Program) -> Bundle | None:
-    """The program's bundled cases, or None if it has none; FormatError if malformed."""
-    data = program.named_segment(NAMED_DATA_KEY)
-    return decode(data) if data is not None else None
-
-
-def write_bundle(program: P.Program, bundle: Bundle) -> None:
-    """Store `bundle` in `program`, replacing cases it already has."""
-    data = encode(bundle)
-    for named in program.named_data:
-        if named.key == NAMED_DATA_KEY and 0 <= named.segment_index < len(program.segments):
-            program.segments[named.segment_index] = P.DataSegment(data)
-            return
-    program.add_named_segment(NAMED_DATA_KEY, data)
-
-
-# ---------------------------------------------------------------------------
-# Encoding.
-# ---------------------------------------------------------------------------
-
-
-def encode(bundle: Bundle) -> bytes:
-    blob = bytearray()
-
-    def value(item: BundledValue | None) -> Any:
-        if item is None:
-            return None
-        if isinstance(item, BundledTensor):
-            offset = _align(len(blob))
-            blob.extend(bytes(offset - len(blob)))
-            blob.extend(item.data)
-            return {"dtype": item.dtype, "shape": list(item.shape), "offset": offset}
-        if isinstance(item, bool):
-            return {"bool": item}
-        if isinstance(item, int):
-            return {"int": item}
-        return {"float": repr(float(item))}
-
-    cases = [{"method": case.method, "inputs": [value(v) for v in case.inputs],
-              "outputs": [value(v) for v in case.outputs],
-              **({"call": case.call} if case.call else {})} for case in bundle.cases]
-    header = json.dumps({"rtol": bundle.rtol, "atol": bundle.atol, "cases": cases},
-                        separators=(",", ":")).encode()
-    start = _align(_PREFIX.size + len(header))
-    data = (_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header
-            + bytes(start - _PREFIX.size - len(header)) + bytes(blob))
-    if len(data) > MAX_BUNDLE_BYTES:
-        raise UsageError(f"the bundled test cases take {len(data)} bytes, more than "
-                         f"{MAX_BUNDLE_BYTES} allowed",
-                         hint="bundle smaller inputs (--verify-inputs in.npz)")
-    return data
-
-
-def _align(n: int) -> int:
-    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-
-
-# ---------------------------------------------------------------------------
-# Decoding, checked.
-# ---------------------------------------------------------------------------
-
-
-class _Malformed(Exception):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-def decode(data: bytes | memoryview) -> Bundle:
-    """Parse and check a bundle segment; FormatError naming the bad field."""
-    try:
-        return _decode(memoryview(data))
-    except _Malformed as error:
-        raise FormatError(str(error), field=f"{_WHERE}{error.field}",
-                          hint="the bundled test cases are damaged; compile again with "
-                               "`exirc compile --bundle`") from None
-
-
-def _decode(data: memoryview) -> Bundle:
-    if len(data) < _PREFIX.size:
-        raise _Malformed("", f"{len(data)} bytes, too short for the {_PREFIX.size}-byte prefix")
-    magic, version, header_size = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise _Malformed(".magic", f"{magic!r}, expected {MAGIC!r}")
-    if version != FORMAT_VERSION:
-        raise _Malformed(".version", f"format version {version}; this exirc reads "
-                                     f"{FORMAT_VERSION}")
-    if header_size > MAX_HEADER_BYTES or _PREFIX.size + header_size > len(data):
-        raise _Malformed(".header", f"header of {header_size} bytes does not fit (segment of "
-                                    f"{len(data)} bytes, at most {MAX_HEADER_BYTES})")
-    try:
-        header = json.loads(bytes(data[_PREFIX.size:_PREFIX.size + header_size]))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise _Malformed(".header", f"not JSON: {error}") from None
-    blob = data[_align(_PREFIX.size + header_size):]
-    if not isinstance(header, dict):
-        raise _Malformed(".header", "not a JSON object")
-    rtol = _tolerance(header.get("rtol"), ".rtol")
-    atol = _tolerance(header.get("atol"), ".atol")
-    cases = header.get("cases")
-    if not isinstance(cases, list) or len(cases) > MAX_CASES:
-        raise _Malformed(".cases", f"a list of at most {MAX_CASES} cases expected")
-    return Bundle(tuple(_case(c, blob, f".cases[{i}]") for i, c in enumerate(cases)), rtol, atol)
-
-
-def _tolerance(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not math.isfinite(value) or value < 0:
-        raise _Malformed(field, f"{value!r:.40} is not a tolerance")
-    return float(value)
-
-
-def _case(entry: Any, blob: memoryview, field: str) -> BundledCase:
-    if not isinstance(entry, dict):
-        raise _Malformed(field, "not an object")
-    method = entry.get("method")
-    inputs, outputs = entry.get("inputs"), entry.get("outputs")
-    if not isinstance(method, str) or not method or len(method) > 256:
-        raise _Malformed(f"{field}.method", f"{method!r:.40} is not a method name")
-    if not isinstance(inputs, list) or not isinstance(outputs, list) or \
-            len(inputs) + len(outputs) > MAX_VALUES:
-        raise _Malformed(field, f"inputs and outputs must be lists of at most {MAX_VALUES} "
-                                "values together")
-    call = entry.get("call", 0)
-    if isinstance(call, bool) or not isinstance(call, int) or not 0 <= call <= MAX_CASES:
-        raise _Malformed(f"{field}.call", f"{call!r:.40} is not a call number")
-    return BundledCase(
-        method,
-        tuple(_value(v, blob, f"{field}.inputs[{i}]") for i, v in enumerate(inputs)),
-        tuple(None if v is None else _value(v, blob, f"{field}.outputs[{i}]")
-              for i, v in enumerate(outputs)),
-        call)
-
-
-def _value(entry: Any, blob: memoryview, field: str) -> BundledValue:
-    if not isinstance(entry, dict) or len(entry) not in (1, 3):
-        raise _Malformed(field, "not a value")
-    if "dtype" in entry:
-        return _tensor(entry, blob, field)
-    ((kind, item),) = entry.items()
-    if kind == "bool" and isinstance(item, bool):
-        return item
-    if kind == "int" and isinstance(item, int) and not isinstance(item, bool):
-        return item
-    if kind == "float" and isinstance(item, str) and len(item) <= 64:
-        try:
-            return float(item)
-        except ValueError:
-            pass
-    raise _Malformed(field, f"{kind!r:.20}: {item!r:.40} is not a value")
-
-
-def _tensor(entry: dict[str, Any], blob: memoryview, field: str) -> BundledTensor:
-    dtype, shape, offset = entry.get("dtype"), entry.get("shape"), entry.get("offset")
-    if dtype not in ITEMSIZE:
-        raise _Malformed(f"{field}.dtype", f"{dtype!r:.40} is not a dtype (known: "
-                                           f"{', '.join(ITEMSIZE)})")
-    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise _Malformed(f"{field}.shape", f"{shape!r:.60} is not a shape")
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise _Malformed(f"{field}.offset", f"{offset!r:.40} is not an offset")
-    nbytes = math.prod(shape) * ITEMSIZE[dtype]  # Python ints: no overflow
-    if offset + nbytes > len(blob):
-        raise _Malformed(field, f"{dtype}{shape} needs bytes {offset}..{offset + nbytes}, "
-                                f"but the data has {len(blob)}")
-    data = blob[offset:offset + nbytes]
-    if dtype == "bool" and bytes(data).translate(None, b"\x00\x01"):
-        raise _Malformed(field, "a bool tensor holds bytes other than 0 and 1")
-    return BundledTensor(dtype, tuple(shape), data)
-
-
-# ---------------------------------------------------------------------------
-# Tensors <-> bundled values (these import torch).
+# Tensors <-> bundled values.
 # ---------------------------------------------------------------------------
 
 
 def from_torch(value: Any) -> BundledValue:
     """A tensor or a scalar, as the bundle stores it."""
-    import torch
-
     if isinstance(value, (bool, int, float)):
         return value
     if not isinstance(value, torch.Tensor):
@@ -318,8 +57,6 @@ def from_torch(value: Any) -> BundledValue:
 
 def to_torch(value: BundledValue) -> Any:
     """A bundled value as a tensor (a copy) or a number."""
-    import torch
-
     if not isinstance(value, BundledTensor):
         return value
     dtype = getattr(torch, value.dtype)
@@ -363,22 +100,18 @@ class CheckedCase:
     def line(self) -> str:
         """`forward case 0: pass (max abs error 0)`, or FAIL and what differs."""
         if self.ok:
-            error = max((d.max_abs for _, d in self.differences), default=0.0)
+            error = worst([d for _, d in self.differences])
             return f"{self.label}: pass ({len(self.differences)} output"\
                    f"{'' if len(self.differences) == 1 else 's'}, max abs error {error:.3g})"
         return f"{self.label}: FAIL: " + "; ".join(self.failures())
 
     def failures(self) -> list[str]:
-        if self.problem:
-            return [self.problem]
-        return [f"output_{i}: {d.describe()}" for i, d in self.differences if not d.ok]
+        return describe_failures(self.problem, self.differences)
 
 
 def check_bundled(program: LoadedProgram, method: str | None = None,
                   bundle: Bundle | None = None) -> tuple[Bundle, list[CheckedCase]]:
     """Run every bundled case (of `method`, if given) and compare its outputs."""
-    from exirc.diagnostics.compare import Tolerance, compare
-
     bundle = bundle if bundle is not None else read_bundle(program.program)
     if bundle is None or not bundle.cases:
         raise UsageError("the program has no bundled test cases",
@@ -392,7 +125,7 @@ def check_bundled(program: LoadedProgram, method: str | None = None,
         if case.method not in program.methods:
             raise FormatError(f"bundled {case.method} case {number} is for a method the "
                               f"program does not have (methods: {', '.join(program.methods)})",
-                              field=_WHERE)
+                              field=SEGMENT_FIELD)
         runner = program.method(case.method)
         if case.call == 0:
             runner.reset_state()  # a sequence of calls starts from the initial state

@@ -29,7 +29,8 @@ import torch
 
 from exirc.diagnostics.tolerance import Tolerance
 
-__all__ = ["Difference", "Tolerance", "compare", "float_dtypes", "number", "preview", "worst"]
+__all__ = ["Difference", "Tolerance", "compare", "describe_failures", "float_dtypes", "number",
+           "preview", "worst"]
 
 PREVIEW_VALUES = 6
 
@@ -94,6 +95,14 @@ def float_dtypes(values: Iterable[Any]) -> list[str]:
 def worst(differences: Sequence[Difference]) -> float:
     """The largest max abs error of `differences` (0 for none)."""
     return max((d.max_abs for d in differences), default=0.0)
+
+
+def describe_failures(problem: str, outputs: Sequence[tuple[int, Difference]]) -> list[str]:
+    """What is wrong with a run's outputs: `problem` if there is one (it concerns
+    them all), else `output_0: max abs error ...` per output that differs."""
+    if problem:
+        return [problem]
+    return [f"output_{i}: {d.describe()}" for i, d in outputs if not d.ok]
 
 
 def preview(value: Any, count: int = PREVIEW_VALUES) -> str:

@@ -25,15 +25,24 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.export.graph_signature import OutputKind
 
-from exirc.diagnostics.bundle import Bundle, make_bundle
-from exirc.diagnostics.compare import Difference, Tolerance, compare, float_dtypes, worst
-from exirc.diagnostics.localize import PLANNED, Divergence, describe_failure, first_divergence
+from exirc.diagnostics.bundle import make_bundle
+from exirc.diagnostics.compare import (
+    Difference,
+    Tolerance,
+    compare,
+    describe_failures,
+    float_dtypes,
+    worst,
+)
+from exirc.diagnostics.divergence import PLANNED, Divergence, describe_failure
+from exirc.diagnostics.localize import first_divergence
 from exirc.diagnostics.reference import Reference, ReferenceCase, prepare
 from exirc.diagnostics.tolerance import DEFAULT_TOLERANCE
 from exirc.errors import InputError, VerificationError
 from exirc.runtime.errors import ExecutionError
 from exirc.runtime.kernels import KERNELS, KernelRegistry
 from exirc.runtime.method import DEFAULT_MAX_STEPS
+from exirc.serialize.bundled_cases import Bundle
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -67,9 +76,7 @@ class CaseResult:
 
     def failures(self) -> list[str]:
         """`output_0: max abs error ...` per output that differs."""
-        if self.problem:
-            return [self.problem]
-        return [f"output_{i}: {d.describe()}" for i, d in self.outputs if not d.ok]
+        return describe_failures(self.problem, self.outputs)
 
 
 @dataclass

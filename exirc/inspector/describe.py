@@ -14,6 +14,7 @@ from typing import Any
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
 from exirc.serialize import ProgramFile, symbolic_shapes
 from exirc.serialize import program as P
+from exirc.serialize.bundled_cases import read_bundle
 from exirc.serialize.symbolic_shapes import MethodShapes
 
 FORMAT_NAME = "exirc.inspect"
@@ -59,8 +60,6 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
 
 def bundled_cases(program: P.Program) -> dict[str, int]:
     """Test cases `exirc compile --bundle` stored, per method (none in other files)."""
-    from exirc.diagnostics.bundle import read_bundle
-
     bundle = read_bundle(program)
     return bundle.counts() if bundle is not None else {}
 

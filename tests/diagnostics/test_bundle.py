@@ -19,33 +19,25 @@ import pytest
 import torch
 
 from exirc.cli.app import main
-from exirc.diagnostics.bundle import (
+from exirc.diagnostics.bundle import from_torch, make_bundle, to_torch
+from exirc.errors import FormatError
+from exirc.runtime import load
+from exirc.serialize import deserialize, serialize
+from exirc.serialize.bundled_cases import (
     NAMED_DATA_KEY,
     Bundle,
     BundledTensor,
     decode,
     encode,
-    from_torch,
-    make_bundle,
     read_bundle,
-    to_torch,
     write_bundle,
 )
-from exirc.errors import FormatError
-from exirc.runtime import load
-from exirc.serialize import deserialize, serialize
+from tests.cli.test_conventions import run
 from tests.compile.test_cli_compile import write
 from tests.diagnostics.test_verify import NET
 from tests.oracle import requires_executorch, run_with_executorch
 from tests.passes.test_pipeline import PLUGIN, portable_with
 from tests.plugin_modules import plugin_module
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
 
 RAMP = torch.linspace(-2, 2, 16).reshape(2, 8)
 

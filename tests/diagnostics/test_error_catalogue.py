@@ -20,9 +20,9 @@ import numpy.typing
 import pytest
 
 import exirc
-from exirc.cli.app import main
 from exirc.cli.explain_command import WIDTH
-from exirc.diagnostics.catalogue import CATALOGUE, EXIT_CODES, closest_codes, lookup
+from exirc.diagnostics.catalogue import CATALOGUE, closest_codes, lookup
+from exirc.diagnostics.error_doc import EXIT_CODES
 from exirc.errors import (
     ExircError,
     FormatError,
@@ -34,17 +34,12 @@ from exirc.errors import (
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.serialize import program as P
 from exirc.serialize import serialize
+from tests.cli.test_conventions import run
 from tests.compile.test_cli_compile import MLP, NOT_EDGE, RAISES, UNSUPPORTED, write
 from tests.passes.test_pipeline import PLUGIN, portable_with
 from tests.programs import add_constant_program, control_flow_program
 from tests.runtime.test_interpreter import loop_program
 from tests.test_error_codes import _all_error_classes
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def exirc_error_classes() -> list[type[ExircError]]:
@@ -62,7 +57,7 @@ def test_every_error_class_has_a_catalogue_entry() -> None:
         doc = CATALOGUE.get(cls.code)
         assert doc is not None, (
             f"{cls.__module__}.{cls.__name__} has code {cls.code}, which is not documented: "
-            "add an ErrorDoc for it to exirc/diagnostics/catalogue.py")
+            "add an ErrorDoc for it to the catalogue (exirc/diagnostics/catalogue_*.py)")
         assert doc.raised_as == f"{cls.__module__}.{cls.__qualname__}", cls.code
         assert doc.exit_code == cls.exit_code, (
             f"{cls.code}: the catalogue says exit code {doc.exit_code}, "

@@ -22,8 +22,8 @@ from exirc.capture import MethodSource, load_model
 from exirc.cli.app import main
 from exirc.compiler import CompileOptions, CompileResult, compile_model
 from exirc.diagnostics.compare import Tolerance, compare
+from exirc.diagnostics.divergence import CAPTURED, PLANNED
 from exirc.diagnostics.eager_check import VerificationReport, verify_compiled
-from exirc.diagnostics.localize import CAPTURED, PLANNED
 from exirc.errors import UsageError, VerificationError
 from exirc.runtime import load
 from exirc.runtime.kernels import KERNELS, KernelRegistry

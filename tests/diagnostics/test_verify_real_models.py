@@ -24,8 +24,8 @@ from exirc.cli.app import main
 from exirc.compiler import CompileOptions, CompileResult, compile_model, compile_module
 from exirc.diagnostics.bundle import check_bundled
 from exirc.diagnostics.compare import compare
+from exirc.diagnostics.divergence import PLANNED, LocalizeError, describe_failure
 from exirc.diagnostics.eager_check import verify_compiled
-from exirc.diagnostics.localize import PLANNED, LocalizeError, describe_failure
 from exirc.diagnostics.tolerance import Tolerance
 from exirc.runtime import load
 from exirc.runtime.kernels import KERNELS, KernelRegistry

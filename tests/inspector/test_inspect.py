@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from exirc.cli.app import main
 from exirc.serialize import serialize
+from tests.cli.test_conventions import run
 from tests.programs import add_constant_program, control_flow_program
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden"
@@ -29,12 +29,6 @@ def control_pte(tmp_path: Path) -> Path:
     path = tmp_path / "control.pte"
     path.write_bytes(serialize(control_flow_program()))
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def check_golden(name: str, text: str, path: Path) -> None:

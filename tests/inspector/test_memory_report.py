@@ -14,18 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from exirc.cli.app import main
-from exirc.inspector.memory_report import (
-    MethodMemory,
-    extend_over_loops,
-    memory_report,
-    method_memory,
-    value_lifetimes,
-)
+from exirc.inspector.memory_report import MethodMemory, memory_report, method_memory
 from exirc.inspector.memory_report_html import memory_plan_html
+from exirc.inspector.value_lifetimes import extend_over_loops, value_lifetimes
 from exirc.serialize import deserialize, serialize
 from exirc.serialize import program as P
 from exirc.serialize.header import CONSTANT_ALIGNMENT
+from tests.cli.test_conventions import run
 
 F32 = P.ScalarType.FLOAT
 
@@ -201,12 +196,6 @@ def two_methods_pte(tmp_path: Path) -> Path:
     path = tmp_path / "two.pte"
     path.write_bytes(serialize(from_file(chain_plan(), loop_plan("loop"))))
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_cli_memory_text(capsys: pytest.CaptureFixture[str], two_methods_pte: Path) -> None:

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from exirc.cli.app import main
-from exirc.inspector.size import ConstantUse, SizeReport, size_report
+from exirc.inspector.size import size_report
+from exirc.inspector.size_constant_names import ConstantUse
+from exirc.inspector.size_rows import SizeReport
 from exirc.serialize import program as P
 from exirc.serialize import read_program_file, serialize
 from exirc.serialize.header import CONSTANT_ALIGNMENT, HEADER_LENGTH, SEGMENT_ALIGNMENT
+from tests.cli.test_conventions import run
 from tests.programs import control_flow_program
 
 F32 = P.ScalarType.FLOAT
@@ -170,12 +172,6 @@ def twin_pte(tmp_path: Path) -> Path:
     path = tmp_path / "twin.pte"
     path.write_bytes(serialize(twin_weights_program()))
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_cli_size_text(capsys: pytest.CaptureFixture[str], twin_pte: Path) -> None:

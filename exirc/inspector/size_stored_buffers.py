@@ -1,0 +1,106 @@
+"""Stored buffers (constants, mutable data) in the size report: which tensor
+uses each, what it is called, and which hold the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from exirc.inspector.listing import value_type
+from exirc.inspector.render import plural
+from exirc.inspector.size_constant_names import ConstantUse, NameSource, constant_name
+from exirc.inspector.size_ledger import Ledger, RowKey
+from exirc.inspector.size_rows import DuplicateConstants
+from exirc.inspector.value_lifetimes import touched_values
+from exirc.serialize import program as P
+
+
+class StoredBuffers:
+    def __init__(self, program: P.Program, name_sources: Sequence[NameSource]) -> None:
+        self.uses = stored_buffer_uses(program)
+        self.name_sources = name_sources
+        self.methods = len(program.execution_plan)
+        # (digest, length) -> constant buffer indices with those bytes
+        self.contents: dict[tuple[bytes, int], set[int]] = {}
+
+    def use(self, table: int | None, index: int) -> ConstantUse | None:
+        return self.uses.get(table, {}).get(index)
+
+    def tensor_bytes(self, table: int | None, index: int, available: int) -> int:
+        """Bytes of a buffer its tensor uses (the rest is padding); all if unused."""
+        use = self.use(table, index)
+        return available if use is None else min(use.tensor.nbytes, available)
+
+    def declare(self, ledger: Ledger, key: RowKey, group: str, table: int | None,
+                index: int, data: bytes | memoryview) -> RowKey:
+        """The row of stored buffer `index` of `table` (None: the constants),
+        whose tensor's bytes are `data`."""
+        kind = "constant" if table is None else "mutable_data"
+        if table is None and len(data):
+            digest = hashlib.sha256(data).digest()
+            self.contents.setdefault((digest, len(data)), set()).add(index)
+        use = self.use(table, index)
+        label = f"constant {index}" if table is None else f"mutable data {table}/{index}"
+        if use is None:
+            return ledger.declare(key, group, f"{label}: not used by any tensor", kind,
+                                  buffer=index, table=table)
+        name = constant_name(use, self.name_sources)
+        tensor_type = value_type(use.tensor)
+        where = f" of {use.method}" if self.methods > 1 else ""
+        if name:
+            item = f"{label}: {name} {tensor_type}"
+        else:
+            used_by = f" used by {use.user}" if use.user else ""
+            item = f"{label}: %{use.value}{where} {tensor_type}{used_by}"
+        if use.tensors > 1:
+            item += f" (+{plural(use.tensors - 1, 'more tensor')})"
+        return ledger.declare(key, group, item, kind, buffer=index, table=table,
+                              method=use.method, value=use.value, type=tensor_type, name=name,
+                              used_by=use.user, tensors=use.tensors)
+
+    def duplicates(self) -> list[DuplicateConstants]:
+        found = [DuplicateConstants(sorted(indices), size)
+                 for (_, size), indices in self.contents.items() if len(indices) > 1]
+        return sorted(found, key=lambda d: (-d.saving, d.buffers))
+
+
+def stored_buffer_uses(program: P.Program) -> dict[int | None, dict[int, ConstantUse]]:
+    """The first use of each stored buffer: under None the constants by
+    data_buffer_idx, under j those of mutable data segment table j."""
+    found: dict[int | None, dict[int, ConstantUse]] = {}
+    for plan in program.execution_plan:
+        users = first_users(plan)
+        for index, value in enumerate(plan.values):
+            if not isinstance(value, P.Tensor) or not value.data_buffer_idx:
+                continue
+            table: int | None = None
+            if value.allocation_info is not None:
+                # Planned memory with stored data is mutable state: its
+                # initial value lives in a mutable data segment.
+                extra = value.extra_tensor_info
+                table = extra.mutable_data_segments_idx if extra is not None else 0
+            table_uses = found.setdefault(table, {})
+            use = table_uses.get(value.data_buffer_idx)
+            if use is None:
+                table_uses[value.data_buffer_idx] = ConstantUse(plan.name, index, value,
+                                                                users.get(index))
+            else:
+                use.tensors += 1  # e.g. ExecuTorch stores equal parameters once
+    return found
+
+
+def first_users(plan: P.ExecutionPlan) -> dict[int, str]:
+    """Value index -> the first operator or delegate whose call uses it."""
+    users: dict[int, str] = {}
+    for chain in plan.chains:
+        for instr in chain.instructions:
+            if isinstance(instr, P.KernelCall):
+                name = plan.operators[instr.op_index].qualified_name
+            elif isinstance(instr, P.DelegateCall):
+                name = f"delegate {plan.delegates[instr.delegate_index].id}"
+            else:
+                continue
+            for index in touched_values(plan, instr):
+                users.setdefault(index, name)
+    return users

@@ -1,0 +1,77 @@
+"""The size report as text: a table of rows per region of the file, and the
+duplicated constants.
+"""
+
+from __future__ import annotations
+
+from exirc.inspector.render import Style, clean, compact_bytes, human_bytes, plural
+from exirc.inspector.size_rows import SizeReport, SizeRow
+
+# Constant rows listed per group in the text view; the rest are summed.
+MAX_CONSTANT_ROWS = 8
+
+
+def render_size(report: SizeReport, bold: Style, *, path: str | None = None) -> str:
+    total = max(report.file_size, 1)
+    name = clean(path or "<bytes>")
+    # (label, bytes, note after the figures, is a heading)
+    table: list[tuple[str, int, str, bool]] = []
+    for group, rows in _groups(report.rows):
+        table.append((clean(group), sum(r.nbytes for r in rows), "", True))
+        table.extend(("  " + clean(label), nbytes, note, False)
+                     for label, nbytes, note in _shown_rows(rows))
+    table.append(("total", sum(r.nbytes for r in report.rows), "", True))
+    width = min(max(len(label) for label, _, _, _ in table), 60)
+    lines = [bold(f"size of {name}: ") + compact_bytes(report.file_size)]
+    for label, nbytes, note, heading in table:
+        if len(label) > width:
+            label = label[:width - 3] + "..."
+        text = f"  {label:<{width}}  {_size_columns(nbytes)}  {100 * nbytes / total:5.1f}%"
+        text = bold(text) if heading else text
+        lines.append(f"{text}  {note}" if note else text)
+    lines.append(_render_duplicates(report))
+    return "\n".join(lines)
+
+
+def _size_columns(nbytes: int) -> str:
+    """The human size, and the exact count when the human form rounds."""
+    exact = f"({nbytes:,} B)" if nbytes >= 1024 else ""
+    return f"{human_bytes(nbytes):>9} {exact:>13}"
+
+
+def _groups(rows: list[SizeRow]) -> list[tuple[str, list[SizeRow]]]:
+    groups: dict[str, list[SizeRow]] = {}
+    for row in rows:
+        groups.setdefault(row.group, []).append(row)
+    return list(groups.items())
+
+
+def _shown_rows(rows: list[SizeRow]) -> list[tuple[str, int, str]]:
+    """(label, bytes, note) of a group's rows as listed: stored buffers
+    largest first and cut to one screen, the others in file order."""
+    stored = [r for r in rows if r.kind in ("constant", "mutable_data")]
+    shown = sorted(stored, key=lambda r: -r.nbytes)[:MAX_CONSTANT_ROWS]
+    rest = [r for r in stored if r not in shown]
+    out = []
+    for row in rows:
+        if row in rest:
+            continue
+        note = f"duplicate of {row.detail['duplicate_of']}" if "duplicate_of" in row.detail \
+            else ""
+        out.append((row.item, row.nbytes, note))
+    if rest:
+        out.append((f"... {plural(len(rest), 'more buffer')} (see --json)",
+                    sum(r.nbytes for r in rest), ""))
+    return out
+
+
+def _render_duplicates(report: SizeReport) -> str:
+    if not report.duplicates:
+        return "duplicated constants: none"
+    parts = [f"buffers {', '.join(map(str, d.buffers))} ({human_bytes(d.nbytes)} each)"
+             for d in report.duplicates[:MAX_CONSTANT_ROWS]]
+    more = len(report.duplicates) - MAX_CONSTANT_ROWS
+    if more > 0:
+        parts.append(f"{more} more")
+    return (f"duplicated constants: {'; '.join(parts)}; storing each once would save "
+            f"{compact_bytes(report.duplicate_bytes)}")
