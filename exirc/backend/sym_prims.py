@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from torch.fx import Node
 
 from exirc.backend.ops import BackendOp, bind_pattern_to_op
-from exirc.ir.control_flow import graph_modules
+from exirc.ir.rewrite import Answer, rewrite_nodes
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -55,22 +56,17 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 @dataclass(frozen=True)
-class SymIntToPrims(Pass):
+class SymPrims(Pass):
     """Edge -> Backend: Python operators on SymInts become executorch_prim ops."""
 
     name: ClassVar[str] = "sym_prims"
 
     def run(self, program: ExportedProgram) -> PassResult:
-        changed = False
-        for module in graph_modules(program.graph_module):
-            changed_here = False
-            for node in module.graph.nodes:
-                if node.op != "call_function" or node.target not in PRIMS:
-                    continue
-                if isinstance(node.meta.get("val"), _SYMBOLIC):
-                    node.target = PRIMS[node.target]
-                    changed_here = True
-            if changed_here:
-                module.recompile()
-                changed = True
-        return PassResult(program, changed)
+        return PassResult(program, rewrite_nodes(program.graph_module, _to_prim))
+
+
+def _to_prim(node: Node) -> Answer:
+    if node.target not in PRIMS or not isinstance(node.meta.get("val"), _SYMBOLIC):
+        return None
+    node.target = PRIMS[node.target]
+    return node

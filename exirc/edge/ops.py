@@ -14,8 +14,6 @@ from typing import Any
 
 import torch
 
-from exirc.edge.to_edge import copy_twin
-
 # Size queries return SymInts, not tensors: they stay until the backend
 # stage turns size arithmetic into prim ops.
 SIZE_OPS = frozenset({"aten::sym_size.int", "aten::sym_numel", "aten::sym_stride.int",
@@ -25,6 +23,19 @@ SIZE_OPS = frozenset({"aten::sym_size.int", "aten::sym_numel", "aten::sym_stride
 def qualified_name(op: torch._ops.OpOverload) -> str:
     return f"{op._schema.name}.{op._overloadname}" if op._overloadname != "default" \
         else op._schema.name
+
+
+def copy_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional `_copy` op of a view op, e.g. permute -> permute_copy."""
+    name = op._schema.name.split("::")[1]
+    namespace = op.namespace
+    packet = getattr(getattr(torch.ops, namespace), f"{name.lstrip('_')}_copy", None)
+    if name == "_unsafe_view":
+        packet = torch.ops.aten.view_copy
+    if packet is None:
+        return None
+    twin = getattr(packet, op._overloadname, None)
+    return twin if isinstance(twin, torch._ops.OpOverload) else None
 
 
 @functools.lru_cache(maxsize=1)

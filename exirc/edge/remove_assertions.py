@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from torch.fx import Node
 
-from exirc.ir.control_flow import graph_modules
+from exirc.ir.rewrite import ERASE, Answer, rewrite_nodes
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -38,16 +39,9 @@ class RemoveAssertions(Pass):
     name: ClassVar[str] = "remove_assertions"
 
     def run(self, program: ExportedProgram) -> PassResult:
-        changed = False
-        for module in graph_modules(program.graph_module):
-            graph = module.graph
-            erased = False
-            for node in list(graph.nodes):
-                if node.op == "call_function" and node.target in ASSERTIONS and not node.users:
-                    graph.erase_node(node)
-                    erased = True
-            if erased:
-                graph.eliminate_dead_code()
-                module.recompile()
-                changed = True
+        changed = rewrite_nodes(program.graph_module, _remove, eliminate_dead_code=True)
         return PassResult(program, changed)
+
+
+def _remove(node: Node) -> Answer:
+    return ERASE if node.target in ASSERTIONS and not node.users else None

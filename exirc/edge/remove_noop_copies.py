@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch.fx import Node
 
-from exirc.ir.control_flow import graph_modules
+from exirc.ir.rewrite import Answer, rewrite_nodes
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -49,19 +49,13 @@ class RemoveNoopCopies(Pass):
     name: ClassVar[str] = "remove_noop_copies"
 
     def run(self, program: ExportedProgram) -> PassResult:
-        changed = False
-        for module in graph_modules(program.graph_module):
-            removed = False
-            for node in list(module.graph.nodes):
-                if node.op != "call_function" or node.target not in _COPIES or \
-                        not _is_noop(node):
-                    continue
-                if any(user.op == "output" for user in node.users):
-                    continue
-                node.replace_all_uses_with(node.args[0])
-                module.graph.erase_node(node)
-                removed = True
-            if removed:
-                module.recompile()
-                changed = True
-        return PassResult(program, changed)
+        return PassResult(program, rewrite_nodes(program.graph_module, _drop_noop))
+
+
+def _drop_noop(node: Node) -> Answer:
+    if node.target not in _COPIES or not _is_noop(node) or \
+            any(user.op == "output" for user in node.users):
+        return None
+    source = node.args[0]
+    assert isinstance(source, Node)  # `_is_noop` checked
+    return source

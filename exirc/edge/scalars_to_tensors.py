@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-from torch.fx import GraphModule
+from torch.fx import Node
 
 from exirc.edge.constants import add_constant
-from exirc.ir.control_flow import ConstantThreader, graph_modules
+from exirc.ir.control_flow import ConstantThreader
+from exirc.ir.rewrite import Answer, rewrite_nodes
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -37,32 +38,29 @@ class ScalarsToTensors(Pass):
     def run(self, program: ExportedProgram) -> PassResult:
         root = program.graph_module
         threader = ConstantThreader(root, functools.partial(add_constant, program))
-        changed = False
-        for module in list(graph_modules(root)):
-            if _convert(module, threader):
-                module.recompile()
-                changed = True
-        return PassResult(program, changed)
+        return PassResult(program, rewrite_nodes(root, functools.partial(_convert, threader)))
 
 
-def _convert(module: GraphModule, threader: ConstantThreader) -> bool:
-    """Convert the scalars of one graph; whether any changed."""
+def _convert(threader: ConstantThreader, node: Node) -> Answer:
+    """Give `node` a constant for each number it passes as a Tensor."""
+    target, module = node.target, node.graph.owning_module
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    assert module is not None  # set by torch.fx for every graph of a GraphModule
+    args = list(node.args)
     changed = False
-    for node in list(module.graph.nodes):
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-            continue
-        args = list(node.args)
-        for position, argument in enumerate(target._schema.arguments):
-            if position >= len(args) or argument.kwarg_only:
-                break
-            value = args[position]
-            if _is_tensor_type(str(argument.type)) and isinstance(value, (bool, int, float)):
-                tensor = torch.tensor(value)
-                # One constant per distinct number and dtype, in each graph.
-                key = f"scalar:{value!r}:{tensor.dtype}"
-                args[position] = threader.node_in(module, key, f"_scalar_{node.name}", tensor,
-                                                  described=f"the number {value!r}")
-                changed = True
-        node.args = tuple(args)
-    return changed
+    for position, argument in enumerate(target._schema.arguments):
+        if position >= len(args) or argument.kwarg_only:
+            break
+        value = args[position]
+        if _is_tensor_type(str(argument.type)) and isinstance(value, (bool, int, float)):
+            tensor = torch.tensor(value)
+            # One constant per distinct number and dtype, in each graph.
+            key = f"scalar:{value!r}:{tensor.dtype}"
+            args[position] = threader.node_in(module, key, f"_scalar_{node.name}", tensor,
+                                              described=f"the number {value!r}")
+            changed = True
+    if not changed:
+        return None
+    node.args = tuple(args)
+    return node

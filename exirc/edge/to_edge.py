@@ -1,8 +1,8 @@
-"""ATen dialect -> Edge dialect: decompose to core ATen, views become copies.
+"""ATen dialect -> core ATen: decompose every op the Edge dialect does not admit.
 
-The Edge dialect admits only core ATen ops, each functional: a view op is
-replaced by its `_copy` twin so every op has an out-variant that writes to
-planned memory, and no node aliases another's storage.
+The Edge dialect admits only core ATen ops, each functional. This pass
+lowers the rest through torch's decomposition tables; `views_to_copies`
+then makes the views functional.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
-from exirc.ir.control_flow import all_nodes, graph_modules
+from exirc.edge.ops import copy_twin as copy_twin  # for tools/gen_dtype_constraints.py
+from exirc.edge.ops import is_edge_op
+from exirc.ir.control_flow import all_nodes
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -60,8 +62,6 @@ def _non_core_targets(program: ExportedProgram) -> set[Any]:
 
 
 def _core_only(program: ExportedProgram) -> bool:
-    from exirc.edge.ops import is_edge_op
-
     return all(is_edge_op(target) for target in _non_core_targets(program))
 
 
@@ -77,46 +77,3 @@ def _resolve_op(qualified: str) -> torch._ops.OpOverload:
     packet = getattr(getattr(torch.ops, namespace), name)
     op: torch._ops.OpOverload = getattr(packet, overload)
     return op
-
-
-def copy_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The functional `_copy` op of a view op, e.g. permute -> permute_copy."""
-    name = op._schema.name.split("::")[1]
-    namespace = op.namespace
-    packet = getattr(getattr(torch.ops, namespace), f"{name.lstrip('_')}_copy", None)
-    if name == "_unsafe_view":
-        packet = torch.ops.aten.view_copy
-    if packet is None:
-        return None
-    twin = getattr(packet, op._overloadname, None)
-    return twin if isinstance(twin, torch._ops.OpOverload) else None
-
-
-@dataclass(frozen=True)
-class ViewsToCopies(Pass):
-    """Core ATen -> Edge: every view op becomes its functional `_copy` twin.
-
-    Takes and returns an Edge-dialect candidate graph; a view op without a
-    twin is left for the Edge verifier to report.
-    """
-
-    name: ClassVar[str] = "views_to_copies"
-
-    def run(self, program: ExportedProgram) -> PassResult:
-        changed = False
-        for module in graph_modules(program.graph_module):
-            changed_here = False
-            for node in module.graph.nodes:
-                target = node.target
-                if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-                    continue
-                if not (target.is_view or target._schema.name == "aten::_unsafe_view"):
-                    continue
-                twin = copy_twin(target)
-                if twin is not None:
-                    node.target = twin
-                    changed_here = True
-            if changed_here:
-                module.recompile()
-                changed = True
-        return PassResult(program, changed)

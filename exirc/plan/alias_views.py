@@ -18,6 +18,7 @@ before the state is overwritten (`copy_passthrough_results`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -31,6 +32,7 @@ from exirc.ir.control_flow import (
     subgraphs,
     whole_operands,
 )
+from exirc.ir.rewrite import Answer, rewrite_nodes
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -68,21 +70,17 @@ class AliasViews(Pass):
         user_inputs = {spec.arg.name for spec in program.graph_signature.input_specs
                        if spec.kind == InputKind.USER_INPUT}
         root = program.graph_module
-        received = _received(root)
-        changed = False
-        for module in graph_modules(root):
-            aliased = False
-            for node in module.graph.nodes:
-                if node.op == "call_function" and node.target in _SAME_BYTES and \
-                        _aliasable(node, received, user_inputs):
-                    shape = [int(d) for d in node.meta["val"].shape]
-                    node.target = alias_view
-                    node.args, node.kwargs = (node.args[0], shape), {}
-                    aliased = True
-            if aliased:
-                module.recompile()
-                changed = True
-        return PassResult(program, changed)
+        rule = functools.partial(_alias, _received(root), user_inputs)
+        return PassResult(program, rewrite_nodes(root, rule))
+
+
+def _alias(received: Received, user_inputs: set[str], node: Node) -> Answer:
+    if node.target not in _SAME_BYTES or not _aliasable(node, received, user_inputs):
+        return None
+    shape = [int(d) for d in node.meta["val"].shape]
+    node.target = alias_view
+    node.args, node.kwargs = (node.args[0], shape), {}
+    return node
 
 
 # A subgraph placeholder -> the parent's operand it receives, or None when it

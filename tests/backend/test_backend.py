@@ -14,14 +14,15 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import exirc.backend.ops as backend_ops
 from exirc.backend.fuse import FusePatterns, pattern_graph
 from exirc.backend.ops import REGISTRY, BackendOp, addmm_relu, bind_pattern_to_op
-from exirc.backend.sym_prims import PRIMS, SymIntToPrims
+from exirc.backend.sym_prims import PRIMS, SymPrims
 from exirc.backend.verify import verify_backend
 from exirc.edge.constant_fold import ConstantFold
 from exirc.edge.dead_code_elimination import DeadCodeElimination
 from exirc.edge.remove_noop_copies import RemoveNoopCopies
 from exirc.edge.scalars_to_tensors import ScalarsToTensors
-from exirc.edge.to_edge import ToEdge, ViewsToCopies
+from exirc.edge.to_edge import ToEdge
 from exirc.edge.verify import verify_edge
+from exirc.edge.views_to_copies import ViewsToCopies
 from exirc.errors import DialectError, UsageError
 from exirc.runtime.kernels import KERNELS
 from tests.oracle import MLP
@@ -227,7 +228,7 @@ def test_sym_prims_turn_symint_operators_into_prim_ops() -> None:
                   if n.target in (operator.mul, operator.floordiv)}
     assert sorted(python_ops.values(), key=str) == [operator.floordiv, operator.mul]
 
-    result = SymIntToPrims().run(program)
+    result = SymPrims().run(program)
 
     assert result.changed
     program = result.program
@@ -246,13 +247,13 @@ def test_sym_prims_turn_symint_operators_into_prim_ops() -> None:
         pairs, half = module(x)
         assert torch.equal(pairs, x.view(batch * 2, -1))
         assert torch.equal(half, torch.ones(batch // 2, 3))
-    assert not SymIntToPrims().run(program).changed
+    assert not SymPrims().run(program).changed
 
 
 def test_sym_prims_leave_static_programs_alone() -> None:
     program = edge_program(MLP(), torch.randn(2, 8))
     before = targets(program)
-    result = SymIntToPrims().run(program)
+    result = SymPrims().run(program)
     assert not result.changed
     assert targets(result.program) == before
 

@@ -17,7 +17,7 @@ from exirc.edge.dtypes import (
     constraints_for,
     verify_dtypes,
 )
-from exirc.edge.to_edge import copy_twin
+from exirc.edge.ops import copy_twin
 from tests.oracle import MODELS
 from tools import gen_dtype_constraints as gen
 

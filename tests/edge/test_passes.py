@@ -22,8 +22,9 @@ from exirc.edge.constants import constant_tensor
 from exirc.edge.dead_code_elimination import DeadCodeElimination
 from exirc.edge.remove_noop_copies import RemoveNoopCopies
 from exirc.edge.scalars_to_tensors import ScalarsToTensors
-from exirc.edge.to_edge import ToEdge, ViewsToCopies
+from exirc.edge.to_edge import ToEdge
 from exirc.edge.verify import verify_edge
+from exirc.edge.views_to_copies import ViewsToCopies
 from exirc.errors import DialectError
 from exirc.passes.contract import Pass
 
