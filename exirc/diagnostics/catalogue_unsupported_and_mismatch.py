@@ -28,8 +28,8 @@ UNSUPPORTED_AND_MISMATCH_ERRORS: tuple[ErrorDoc, ...] = (
             "quantized element types, or constants stored outside the program file",
         ),
         what_to_do=(
-            "try `exirc compile --target exirc`, or rewrite the model with supported "
-            "operators",
+            "try the target the hint names (`exirc compile --target exirc` has exirc's "
+            "fused ops), or rewrite the model with supported operators",
             "register missing kernels with exirc.runtime.register_kernel (or backends "
             "with register_backend) in a module passed to `exirc run --plugin` (and to "
             "`exirc compile --plugin`, so the kernel check knows them)",
@@ -38,8 +38,8 @@ UNSUPPORTED_AND_MISMATCH_ERRORS: tuple[ErrorDoc, ...] = (
         example=(
             "error[E0400]: target 'portable' cannot run 1 op: aten::avg_pool3d.out (no "
             "kernel): %avg_pool3d at model.py:5: return ...\n"
-            "  hint: use --target exirc, or register a backend op with a kernel for it, or "
-            "decompose it into supported ops"
+            "  hint: register a backend op with a kernel for it, or decompose it into "
+            "supported ops"
         ),
     ),
     ErrorDoc(
