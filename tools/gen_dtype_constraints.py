@@ -63,13 +63,12 @@ import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from exirc.edge.dtypes import CONSTRAINTS_FILE, DTYPE_NAMES, DTYPES, bind_arguments, is_tensor_type
-from exirc.edge.ops import qualified_name
-from exirc.edge.to_edge import copy_twin
+from exirc.edge.ops import copy_twin, qualified_name
 
 OpOverload = torch._ops.OpOverload
 
 # Non-core ops the Edge dialect admits: the `_copy` twins of the core view
-# ops (views become copies on the way to Edge; see exirc/edge/to_edge.py) are
+# ops (views become copies on the way to Edge; see exirc/edge/views_to_copies.py) are
 # added by `edge_ops()`. Name any other op here as "aten::name.overload".
 EXTRA_OPS: tuple[str, ...] = ()
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
-from exirc.edge.ops import copy_twin as copy_twin  # for tools/gen_dtype_constraints.py
 from exirc.edge.ops import is_edge_op
 from exirc.ir.control_flow import all_nodes
 from exirc.passes.contract import Pass, PassResult
