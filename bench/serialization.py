@@ -11,7 +11,8 @@ import functools
 from typing import Any
 
 from bench.common import best_seconds, ratio
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
+from exirc.serialize.writer import serialize
 from tests.oracle import HAVE_EXECUTORCH, MODEL_NAMES, executorch_pte, executorch_read
 
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from exirc.serialize import program as P
-from exirc.serialize import serialize
-from exirc.serialize.header import CONSTANT_ALIGNMENT
+from exirc.serialize.program import CONSTANT_ALIGNMENT
+from exirc.serialize.writer import serialize
 
 SHAPE = [2, 3]
 WEIGHTS = [0.5, -1.0, 2.0, 3.5, 0.0, -0.25]

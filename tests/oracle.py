@@ -324,7 +324,7 @@ def assert_same(ours: Any, theirs: Any, path: str) -> None:
         assert_same(ours, getattr(theirs, _ET_WRAPPERS[name]), path)
         return
     if dataclasses.is_dataclass(theirs):
-        assert type(ours).__module__ == P.__name__ and type(ours).__name__ == name, (
+        assert type(ours) is getattr(P, name, None), (
             f"{path}: ExecuTorch has {name}, exirc read {type(ours).__name__}: {ours!r}"
         )
         for f in dataclasses.fields(theirs):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 
 from exirc.serialize import program as P
-from exirc.serialize.header import CONSTANT_ALIGNMENT
+from exirc.serialize.program import CONSTANT_ALIGNMENT
 
 
 def _planned(offset: int, sizes: list[int]) -> P.Tensor:

@@ -13,7 +13,6 @@ import torch
 
 from exirc.serialize import constant_names
 from exirc.serialize import program as P
-from exirc.serialize.header import CONSTANT_ALIGNMENT
 
 
 def tensor_bytes(tensor: torch.Tensor) -> bytes:
@@ -62,11 +61,11 @@ class ConstantTable:
         but no constant offsets as the deprecated inline constant_buffer
         layout, which its builds no longer support.
         """
-        segment, offsets = P.pack_subsegments(self.buffers, CONSTANT_ALIGNMENT)
+        segment, offsets = P.pack_subsegments(self.buffers, P.CONSTANT_ALIGNMENT)
         program.constant_segment = P.SubsegmentOffsets(len(program.segments), offsets)
         program.segments.append(P.DataSegment(segment))
         if len(self.initial_states) > 1:
-            segment, offsets = P.pack_subsegments(self.initial_states, CONSTANT_ALIGNMENT)
+            segment, offsets = P.pack_subsegments(self.initial_states, P.CONSTANT_ALIGNMENT)
             program.mutable_data_segments = [P.SubsegmentOffsets(len(program.segments), offsets)]
             program.segments.append(P.DataSegment(segment))
         if self.names:

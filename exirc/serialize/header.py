@@ -30,8 +30,6 @@ HEADER_LENGTH = 32
 MIN_HEADER_LENGTH = 24
 # Segments start at multiples of this, so mapped weights are well aligned.
 SEGMENT_ALIGNMENT = 128
-# Each constant tensor starts at a multiple of this inside its segment.
-CONSTANT_ALIGNMENT = 16
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 
 from exirc import __version__
 from exirc.cli.app import cli, main
-from exirc.serialize import serialize
+from exirc.serialize.writer import serialize
 from tests.programs import add_constant_program
 
 

@@ -22,7 +22,7 @@ from exirc.cli.app import main
 from exirc.diagnostics.bundle import from_torch, make_bundle, to_torch
 from exirc.errors import FormatError
 from exirc.runtime import load
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
 from exirc.serialize.bundled_cases import (
     NAMED_DATA_KEY,
     Bundle,
@@ -32,6 +32,7 @@ from exirc.serialize.bundled_cases import (
     read_bundle,
     write_bundle,
 )
+from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import run
 from tests.compile.test_cli_compile import write
 from tests.diagnostics.test_verify import NET

@@ -28,7 +28,7 @@ from exirc.errors import UsageError, VerificationError
 from exirc.runtime import load
 from exirc.runtime.kernels import KERNELS, KernelRegistry
 from exirc.serialize import program as P
-from exirc.serialize import serialize
+from exirc.serialize.writer import serialize
 from tests.compile.test_cli_compile import write
 from tests.passes.test_pipeline import PLUGIN, portable_with
 from tests.plugin_modules import plugin_module

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exirc.serialize import serialize
+from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import run
 from tests.programs import add_constant_program, control_flow_program
 

@@ -17,9 +17,10 @@ import pytest
 from exirc.inspector.memory_report import MethodMemory, memory_report, method_memory
 from exirc.inspector.memory_report_html import memory_plan_html
 from exirc.inspector.value_lifetimes import extend_over_loops, value_lifetimes
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
 from exirc.serialize import program as P
-from exirc.serialize.header import CONSTANT_ALIGNMENT
+from exirc.serialize.program import CONSTANT_ALIGNMENT
+from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import run
 
 F32 = P.ScalarType.FLOAT

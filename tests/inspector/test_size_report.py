@@ -12,8 +12,10 @@ from exirc.inspector.size import size_report
 from exirc.inspector.size_constant_names import ConstantUse
 from exirc.inspector.size_rows import SizeReport
 from exirc.serialize import program as P
-from exirc.serialize import read_program_file, serialize
-from exirc.serialize.header import CONSTANT_ALIGNMENT, HEADER_LENGTH, SEGMENT_ALIGNMENT
+from exirc.serialize import read_program_file
+from exirc.serialize.header import HEADER_LENGTH, SEGMENT_ALIGNMENT
+from exirc.serialize.program import CONSTANT_ALIGNMENT
+from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import run
 from tests.programs import control_flow_program
 

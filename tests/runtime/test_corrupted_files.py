@@ -23,8 +23,9 @@ import torch
 
 from exirc.errors import ExircError
 from exirc.runtime import load
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
 from exirc.serialize import program as P
+from exirc.serialize.writer import serialize
 from tests.oracle import HAVE_EXECUTORCH, executorch_pte
 from tests.programs import add_constant_program
 from tests.runtime.test_interpreter import loop_program

@@ -13,7 +13,7 @@ import torch
 from exirc.errors import InputError
 from exirc.runtime import LoadedProgram, load
 from exirc.serialize import program as P
-from exirc.serialize import serialize
+from exirc.serialize.writer import serialize
 from tests.programs import add_constant_program
 from tests.runtime.test_interpreter import build, loop_program, planned
 

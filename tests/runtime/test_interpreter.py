@@ -21,8 +21,8 @@ from exirc.runtime.delegates import BackendRegistry
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.kernels import KERNELS, KernelRegistry
 from exirc.serialize import program as P
-from exirc.serialize import serialize
-from exirc.serialize.header import CONSTANT_ALIGNMENT
+from exirc.serialize.program import CONSTANT_ALIGNMENT
+from exirc.serialize.writer import serialize
 from tests.programs import add_constant_program, control_flow_program
 
 F32 = P.ScalarType.FLOAT

@@ -11,7 +11,7 @@ import pytest
 
 from exirc.cli.app import main
 from exirc.serialize import program as P
-from exirc.serialize import serialize
+from exirc.serialize.writer import serialize
 from tests.oracle import executorch_pte, requires_executorch, run_with_executorch
 from tests.programs import add_constant_program, control_flow_program
 from tests.runtime.test_interpreter import build, loop_program, planned

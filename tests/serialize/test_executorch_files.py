@@ -17,7 +17,8 @@ import torch
 
 import exirc.serialize.program as P
 from exirc.errors import FormatError
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
+from exirc.serialize.writer import serialize
 from tests.oracle import (
     MODEL_NAMES,
     MODELS,

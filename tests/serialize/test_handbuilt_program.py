@@ -21,7 +21,8 @@ import pytest
 import torch
 
 import exirc.serialize.program as P
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
+from exirc.serialize.writer import serialize
 from tests.oracle import (
     assert_same,
     executorch_read,

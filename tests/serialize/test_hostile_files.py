@@ -30,8 +30,9 @@ import pytest
 
 from exirc.cli.app import main
 from exirc.errors import FormatError
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
 from exirc.serialize import program as P
+from exirc.serialize.writer import serialize
 from tests.serialize import hostile as H
 
 ST = P.ScalarType

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
 from exirc.serialize import program as P
+from exirc.serialize.writer import serialize
 from tests.programs import add_constant_program
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from exirc.errors import FormatError
-from exirc.serialize import deserialize, serialize
+from exirc.serialize import deserialize
 from exirc.serialize import program as P
 from exirc.serialize.symbolic_shapes import (
     NAMED_DATA_KEY,
@@ -19,6 +19,7 @@ from exirc.serialize.symbolic_shapes import (
     evaluate,
     upper_bound,
 )
+from exirc.serialize.writer import serialize
 from tests.programs import add_constant_program as add_program
 
 
