@@ -126,7 +126,7 @@ def compile_methods(methods: dict[str, ExportedProgram],
     plugins register) pass the kernel checks as the target's own do."""
     from exirc.emit import emit_methods
     from exirc.ir.state import plan_state
-    from exirc.passes.pipeline import load_pipeline
+    from exirc.pipelines import load_pipeline
     from exirc.plan.limits import check_arena_limit
     from exirc.serialize.writer import serialize
 

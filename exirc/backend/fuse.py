@@ -71,7 +71,7 @@ def match(pattern: Graph, anchor: Node) -> dict[Node, Node] | None:
 
 
 @dataclass(frozen=True)
-class FusePatterns(Pass):
+class Fuse(Pass):
     """Edge/Backend -> Backend: each match of a named pattern becomes its op."""
 
     name: ClassVar[str] = "fuse"

@@ -17,6 +17,7 @@ from exirc import __version__
 from exirc.cli.compile_command import compile_command
 from exirc.cli.explain_command import explain_command
 from exirc.cli.inspect_command import inspect_command
+from exirc.cli.passes_command import passes_command
 from exirc.cli.run_command import run_command
 from exirc.cli.style import styler
 from exirc.errors import ExircError, InternalError
@@ -28,6 +29,7 @@ Examples:
   exirc inspect model.pte --show instructions
   exirc inspect model.pte --json            everything, for programs
   exirc explain E0300                       what an error code means
+  exirc passes                              the built-in passes a pipeline can name
 
 \b
 Exit codes: 0 ok, 1 internal error, 2 usage, 3 invalid model or program
@@ -46,6 +48,7 @@ cli.add_command(compile_command)
 cli.add_command(inspect_command)
 cli.add_command(run_command)
 cli.add_command(explain_command)
+cli.add_command(passes_command)
 
 
 def report_error(error: ExircError, debug: bool) -> None:

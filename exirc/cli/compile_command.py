@@ -120,7 +120,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
                     time_passes: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
-    from exirc.passes.pipeline import load_pipeline
+    from exirc.pipelines import load_pipeline
 
     if print_pipeline:
         click.echo(load_pipeline(target, pipeline_file).describe(), nl=False)

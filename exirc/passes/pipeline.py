@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,21 +32,9 @@ from exirc.targets import DEFAULT_TARGET, pipeline_text
 
 STAGES = ("aten", "edge", "backend", "plan")
 
-BUILTIN_PASSES = {
-    "to_edge": "exirc.edge.to_edge:ToEdge",
-    "remove_assertions": "exirc.edge.remove_assertions:RemoveAssertions",
-    "views_to_copies": "exirc.edge.views_to_copies:ViewsToCopies",
-    "scalars_to_tensors": "exirc.edge.scalars_to_tensors:ScalarsToTensors",
-    "remove_noop_copies": "exirc.edge.remove_noop_copies:RemoveNoopCopies",
-    "constant_fold": "exirc.edge.constant_fold:ConstantFold",
-    "dead_code_elimination": "exirc.edge.dead_code_elimination:DeadCodeElimination",
-    "sym_prims": "exirc.backend.sym_prims:SymPrims",
-    "fuse": "exirc.backend.fuse:FusePatterns",
-    "write_back_state": "exirc.plan.write_back_state:WriteBackState",
-    "alias_views": "exirc.plan.alias_views:AliasViews",
-    "to_out_variants": "exirc.plan.to_out_variants:ToOutVariants",
-    "memory_plan": "exirc.plan.memory_plan:MemoryPlanPass",
-}
+# The passes a pipeline file names by a short name: name -> Pass class. The
+# built-in ones (`exirc.pipelines.BUILTIN_PASSES`) are the default.
+Registry = Mapping[str, type[Pass]]
 
 
 @dataclass
@@ -53,6 +42,7 @@ class Pipeline:
     target: str
     stages: dict[str, list[Pass]] = field(default_factory=dict)
     source: str = "<built-in>"
+    registry: Registry = field(default_factory=dict, repr=False)  # short names it knew
 
     def describe(self) -> str:
         """The resolved pipeline, as YAML a user can save and edit."""
@@ -61,18 +51,19 @@ class Pipeline:
             entries: list[Any] = []
             for p in self.stages.get(stage, []):
                 options = _options_of(p)
-                entries.append({_reference(p): options} if options else _reference(p))
+                name = _reference(p, self.registry)
+                entries.append({name: options} if options else name)
             stages[stage] = entries
         text = yaml.safe_dump({"target": self.target, "stages": stages}, sort_keys=False)
         return f"# pipeline from {self.source}\n{text}"
 
 
-def _reference(p: Pass) -> str:
-    """How a pipeline file names `p`: its built-in name or `module:attr`."""
+def _reference(p: Pass, registry: Registry) -> str:
+    """How a pipeline file names `p`: its short name or `module:attr`."""
     obj: Any = p.function if isinstance(p, FunctionPass) else type(p)
-    reference = f"{obj.__module__}:{obj.__qualname__}"
-    builtin = {ref: name for name, ref in BUILTIN_PASSES.items()}
-    return builtin.get(reference, reference)
+    if registry.get(p.name) is obj:
+        return p.name
+    return f"{obj.__module__}:{obj.__qualname__}"
 
 
 def _options_of(p: Pass) -> dict[str, Any]:
@@ -82,18 +73,19 @@ def _options_of(p: Pass) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
 
 
-def load_pipeline(target: str = DEFAULT_TARGET, path: str | Path | None = None) -> Pipeline:
+def load_pipeline(target: str, path: str | Path | None, registry: Registry) -> Pipeline:
     """The default pipeline of `target`, or the one in the YAML file `path`."""
     if path is None:
-        return parse_pipeline(pipeline_text(target), f"<target {target}>")
+        return parse_pipeline(pipeline_text(target), f"<target {target}>", registry)
     try:
         text = Path(path).read_text()
     except OSError as error:
         raise UsageError(f"cannot read pipeline file {path}: {error.strerror}") from None
-    return parse_pipeline(text, str(path))
+    return parse_pipeline(text, str(path), registry)
 
 
-def parse_pipeline(text: str, source: str) -> Pipeline:
+def parse_pipeline(text: str, source: str, registry: Registry) -> Pipeline:
+    """A pipeline from its YAML text; `source` names the text in messages."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -105,17 +97,18 @@ def parse_pipeline(text: str, source: str) -> Pipeline:
     if unknown:
         raise UsageError(f"{source}: unknown stage(s) {sorted(unknown)}",
                          hint=f"stages are {', '.join(STAGES)}")
-    pipeline = Pipeline(target=str(data.get("target", DEFAULT_TARGET)), source=source)
+    pipeline = Pipeline(target=str(data.get("target", DEFAULT_TARGET)), source=source,
+                        registry=registry)
     for stage in STAGES:
         entries = data["stages"].get(stage) or []
         if not isinstance(entries, list):
             raise UsageError(f"{source}: stage {stage} must be a list of passes")
-        pipeline.stages[stage] = [_make_pass(entry, f"{source}: {stage}[{i}]")
+        pipeline.stages[stage] = [_make_pass(entry, f"{source}: {stage}[{i}]", registry)
                                   for i, entry in enumerate(entries)]
     return pipeline
 
 
-def _make_pass(entry: Any, where: str) -> Pass:
+def _make_pass(entry: Any, where: str, registry: Registry) -> Pass:
     options: dict[str, Any]
     if isinstance(entry, str):
         name, options = entry, {}
@@ -126,7 +119,7 @@ def _make_pass(entry: Any, where: str) -> Pass:
             raise UsageError(f"{where}: options of {name} must be a mapping")
     else:
         raise UsageError(f"{where}: a pass is a name or a one-key mapping {{name: options}}")
-    factory = _resolve(str(name), where)
+    factory = _resolve(str(name), where, registry)
     if inspect.isclass(factory) and issubclass(factory, Pass):
         valid = {f.name for f in dataclasses.fields(factory)}
         bad = set(options) - valid
@@ -140,13 +133,14 @@ def _make_pass(entry: Any, where: str) -> Pass:
     raise UsageError(f"{where}: {name} is neither a Pass class nor a function")
 
 
-def _resolve(name: str, where: str) -> Any:
-    reference = BUILTIN_PASSES.get(name, name)
-    if ":" not in reference:
+def _resolve(name: str, where: str, registry: Registry) -> Any:
+    if name in registry:
+        return registry[name]
+    if ":" not in name:
         raise UsageError(f"{where}: unknown pass {name!r}",
-                         hint=f"built-in passes: {', '.join(sorted(BUILTIN_PASSES))}; "
-                              "or name your own as module:attr")
-    module_name, _, attr = reference.partition(":")
+                         hint=f"built-in passes: {', '.join(sorted(registry))}; "
+                              "or name your own as module:attr (`exirc passes` lists them)")
+    module_name, _, attr = name.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:

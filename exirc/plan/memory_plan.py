@@ -21,10 +21,10 @@ ARENA_ID = 1
 
 @dataclass(frozen=True)
 class MemoryPlanPass(Pass):
-    """Give every planned tensor a place in one arena, and prove the plan sound.
+    """Out-variant form -> the same, every planned tensor placed in one arena.
 
-    Takes and returns the out-variant Edge/Backend dialect program (every op
-    writes into an `alloc` node through its out arguments). Records each user
+    Every op of the out-variant form writes into an `alloc` node through its
+    out arguments; this pass places them, and proves the plan sound. Records each user
     input's and alloc node's `planned_memory` (memory id 1, offset), and the
     method's `memory_plan` (arena size, lower bound) for the emitter and the
     compile report (`exirc.ir.meta`).

@@ -12,7 +12,7 @@ from torch.fx import Node
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import exirc.backend.ops as backend_ops
-from exirc.backend.fuse import FusePatterns, pattern_graph
+from exirc.backend.fuse import Fuse, pattern_graph
 from exirc.backend.ops import REGISTRY, BackendOp, addmm_relu, bind_pattern_to_op
 from exirc.backend.sym_prims import PRIMS, SymPrims
 from exirc.backend.verify import verify_backend
@@ -150,7 +150,7 @@ def test_fuse_replaces_addmm_relu_in_an_mlp() -> None:
     first_addmm = before[0]
     bound_args = first_addmm.args
 
-    result = FusePatterns(patterns=("linear_relu",)).run(program)
+    result = Fuse(patterns=("linear_relu",)).run(program)
 
     assert result.changed
     program = result.program
@@ -161,7 +161,7 @@ def test_fuse_replaces_addmm_relu_in_an_mlp() -> None:
     assert after[1].args[1] is fused
     verify_backend(program)
     assert_same_outputs(program, model, x)
-    assert not FusePatterns().run(program).changed  # nothing left to fuse
+    assert not Fuse().run(program).changed  # nothing left to fuse
 
 
 def test_retracing_a_fused_op_recovers_the_subgraph_it_replaced() -> None:
@@ -172,7 +172,7 @@ def test_retracing_a_fused_op_recovers_the_subgraph_it_replaced() -> None:
     replaced_targets = [n.target for n in replaced]
     unfused = call_targets(make_fx(program.module())(x).graph)
 
-    program = FusePatterns().run(program).program
+    program = Fuse().run(program).program
 
     assert call_targets(pattern_graph(addmm_relu)) == replaced_targets
     assert addmm_relu in targets(program)
@@ -189,7 +189,7 @@ def test_fuse_leaves_an_addmm_with_another_user() -> None:
     before = targets(program)
     assert before.count(aten.relu.default) == 1
 
-    result = FusePatterns().run(program)
+    result = Fuse().run(program)
 
     assert not result.changed
     assert targets(result.program) == before
@@ -200,7 +200,7 @@ def test_fuse_leaves_an_addmm_with_another_user() -> None:
 def test_fuse_rejects_an_unknown_pattern_name() -> None:
     program = edge_program(MLP(), torch.randn(2, 8))
     with pytest.raises(UsageError) as raised:
-        FusePatterns(patterns=("linear_relu", "conv_bn")).run(program)
+        Fuse(patterns=("linear_relu", "conv_bn")).run(program)
     assert str(raised.value) == "unknown fusion pattern(s) ['conv_bn']"
     assert raised.value.hint == "known: linear_relu"
 

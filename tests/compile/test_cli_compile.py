@@ -22,7 +22,7 @@ import yaml
 import exirc.compiler
 from exirc.cli.app import main
 from exirc.inspector.render import human_bytes
-from exirc.passes.pipeline import load_pipeline, parse_pipeline
+from exirc.pipelines import load_pipeline, parse_pipeline
 from exirc.serialize import deserialize
 from tests.oracle import requires_executorch, run_with_executorch
 

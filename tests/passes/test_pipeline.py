@@ -15,7 +15,8 @@ from exirc.cli.app import main
 from exirc.edge.constant_fold import ConstantFold
 from exirc.errors import UsageError
 from exirc.passes.contract import FunctionPass, Pass, pass_label
-from exirc.passes.pipeline import BUILTIN_PASSES, STAGES, load_pipeline, parse_pipeline
+from exirc.passes.pipeline import STAGES
+from exirc.pipelines import BUILTIN_PASSES, load_pipeline, parse_pipeline
 from exirc.serialize import deserialize
 from tests.oracle import requires_executorch, run_with_executorch
 from tests.plugin_modules import plugin_module

@@ -26,7 +26,7 @@ from exirc.cli.app import main
 from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import InternalError
 from exirc.ir.meta import planned_memory, set_memory_plan, set_planned_memory
-from exirc.passes.pipeline import load_pipeline
+from exirc.pipelines import load_pipeline
 from exirc.plan.alloc import alloc
 from exirc.plan.lifetimes import tensor_lifetimes
 from exirc.plan.verify import verify_memory_plan
