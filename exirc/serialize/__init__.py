@@ -1,15 +1,13 @@
-"""Stage: serialize. Program model <-> `.pte` bytes.
+"""The file format: the program model and `.pte` bytes, both ways.
 
-`exirc.serialize.writer.serialize` writes; `deserialize` reads with every
-offset, length and index checked, raising `exirc.errors.FormatError` on
-anything malformed.
-
-The package's face is the reading side only: the writer builds the file with
-the generated bindings (`exirc.serialize.generated`, inside this package), so
-importing it from here would make the package import itself. Reading needs
-neither the bindings nor the `flatbuffers` library.
+`serialize` writes a program model as `.pte` bytes; `deserialize` reads with
+every offset, length and index checked, raising `exirc.errors.FormatError` on
+anything malformed. The program model (`exirc.serialize.program`) and the
+metadata segments exirc adds (symbolic shapes, constant names, bundled cases)
+live here too: the runtime, the emitter and the inspector all share them.
 """
 
 from exirc.serialize.reader import ProgramFile, deserialize, read_program_file
+from exirc.serialize.writer import serialize
 
-__all__ = ["ProgramFile", "deserialize", "read_program_file"]
+__all__ = ["ProgramFile", "deserialize", "read_program_file", "serialize"]

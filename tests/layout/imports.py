@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exirc"
+# The FlatBuffers bindings flatc writes: one leaf of the graph (they import
+# only each other), so importing them is not importing their parent package.
+GENERATED = "exirc.serialize.generated"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ def _named(importer: str, node: ast.Import | ast.ImportFrom, is_package: bool,
         targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
                    for alias in node.names]
     for target in targets:
+        if target.startswith(GENERATED):
+            yield GENERATED
+            continue
         while target not in known and "." in target:
             target = target.rsplit(".", 1)[0]
         if target in known and target != importer:
