@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 
-from exirc.runtime.exirc_ops import ADDMM_RELU_SCHEMA
-
 # Kernel for the out-variant: fn(*args, out) writes the result into out.
 OutKernel = Callable[..., Any]
 
@@ -60,48 +58,20 @@ def bind_pattern_to_op(schema: str, *, out_kernel: OutKernel | None = None
     "exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, Tensor(a!) out)
     -> Tensor(a!)".
 
-    The runtime runs the op with `out_kernel` if given, else with the kernel it
-    already has for it (exirc's own ops, `exirc.runtime.exirc_ops`), else by
-    running the pattern and copying its result into `out`."""
+    This registers the op with the compiler only. The interpreter gets a kernel
+    for it from `exirc.compiler.install_backend_kernels` (which compiling and
+    `exirc run --plugin` call): `out_kernel` if given, else the kernel it
+    already has for it (exirc's own ops, `exirc.runtime.exirc_ops`), else one
+    that runs the pattern and copies its result into `out`. Python API users who
+    bind their own ops call that function before running a program that uses them."""
     parsed = torch._C.parse_schema(schema)
 
     def bind(pattern: Callable[..., Any]) -> BackendOp:
         op = BackendOp(parsed.name, pattern, parsed, out_kernel)
         REGISTRY[f"{parsed.name}.{parsed.overload_name}"] = op
-        _register_runtime_kernel(op, schema)
         return op
 
     return bind
-
-
-# Ops whose runtime kernel a binding registered (a pattern or an out_kernel):
-# binding them again replaces it, whereas a kernel the runtime ships stays.
-_BOUND_KERNELS: set[str] = set()
-
-
-def _register_runtime_kernel(op: BackendOp, schema: str) -> None:
-    from exirc.runtime.kernels import KERNELS, copy_into, operator_key
-
-    name, overload = op.kernel_name
-    known = KERNELS.find(name, overload)
-    if known is not None and op.out_kernel is None and known.name not in _BOUND_KERNELS:
-        return  # the runtime ships a kernel for it (exirc_ops, prim_ops)
-    if op.out_kernel is not None:
-        _BOUND_KERNELS.add(operator_key(name, overload))
-        KERNELS.register(schema, op.out_kernel)
-        return
-    outs = op.out_names
-    if len(outs) != 1:
-        return  # no way to run the pattern into memory: the runtime reports it missing
-    out_name, pattern = outs[0], op.pattern
-
-    def run_pattern(*args: Any, **kwargs: Any) -> Any:
-        out = kwargs.pop(out_name)
-        copy_into(out, pattern(*args, **kwargs))
-        return out
-
-    _BOUND_KERNELS.add(operator_key(name, overload))
-    KERNELS.register(schema, run_pattern)
 
 
 def registered_kernel_names() -> frozenset[str]:
@@ -113,6 +83,11 @@ def registered_kernel_names() -> frozenset[str]:
 # --------------------------------------------------------------------------
 
 aten = torch.ops.aten
+
+# The runtime has its own copy (exirc.runtime.exirc_ops, with the op's kernel):
+# the compiler may not import the runtime. tests/backend checks they agree.
+ADDMM_RELU_SCHEMA = ("exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, "
+                     "Tensor(a!) out) -> Tensor(a!)")
 
 
 @bind_pattern_to_op(ADDMM_RELU_SCHEMA)  # its kernel: exirc.runtime.exirc_ops

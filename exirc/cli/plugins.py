@@ -2,7 +2,9 @@
 
 `exirc compile` and `exirc run` take the same plugins: at compile time the
 kernels a plugin registers tell the kernel check which custom operators will
-run; at run time they run them.
+run; at run time they run them. Backend ops a plugin binds to patterns
+(`exirc.backend.ops.bind_pattern_to_op`) get their kernels from
+`exirc.compiler.install_backend_kernels`, which both commands call.
 """
 
 from __future__ import annotations

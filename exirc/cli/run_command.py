@@ -87,6 +87,10 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
         raise UsageError("--seed only applies to --random")
     for plugin in plugins:
         import_plugin(plugin)
+    if plugins:
+        from exirc.compiler import install_backend_kernels
+
+        install_backend_kernels()  # a plugin's ops bound to patterns run as those patterns
 
     from exirc.runtime import Profile, load
     from exirc.runtime.method import DEFAULT_MAX_STEPS

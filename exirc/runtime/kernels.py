@@ -34,6 +34,7 @@ import torch
 
 from exirc.errors import FormatError, UsageError
 from exirc.runtime.arenas import TORCH_DTYPES, alias
+from exirc.runtime.exirc_ops import OWN_KERNELS
 from exirc.serialize import program as P
 
 KernelFn = TypeVar("KernelFn", bound=Callable[..., Any])
@@ -101,7 +102,8 @@ class KernelRegistry:
 
 
 KERNELS = KernelRegistry()
-"""The default registry: prim ops, and whatever users register."""
+"""The default registry: exirc's own ops (registered below), the prim ops (once
+the loader imports `prim_ops`), and whatever users register."""
 
 
 @overload
@@ -451,3 +453,9 @@ def _slot_writer(ret: Any, slot: int, values: Values) -> Callable[[Any], None]:
     def copy(result: torch.Tensor) -> None:
         copy_into(target, result)
     return copy
+
+
+# exirc's own backend ops, registered here so that the default registry has them
+# whoever imports it first (`exirc_ops` cannot import the registry: a cycle).
+for _spec, _fn in OWN_KERNELS.items():
+    KERNELS.register(_spec, _fn)

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from exirc.errors import FormatError, UnsupportedOperatorError, UsageError
 from exirc.runtime import arenas as memory
 from exirc.runtime import delegates
-from exirc.runtime import exirc_ops as _exirc_ops  # noqa: F401 (registers exirc's op kernels)
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
 from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key
