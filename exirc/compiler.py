@@ -100,8 +100,8 @@ def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, 
     from exirc.aten.verify import verify_aten
     from exirc.backend.verify import verify_backend
     from exirc.edge.verify import verify_edge
-    from exirc.plan.kernels import check_kept_operators, check_kernels
-    from exirc.plan.verify import verify_memory_plan
+    from exirc.plan.kernels import check_kept_operators
+    from exirc.plan.verify import verify_plan
 
     def verify_edge_on_target(program: ExportedProgram) -> None:
         verify_edge(program, check_kept_operators(program.graph_module, target, kernels))
@@ -109,12 +109,11 @@ def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, 
     def verify_backend_on_target(program: ExportedProgram) -> None:
         verify_backend(program, check_kept_operators(program.graph_module, target, kernels))
 
-    def verify_plan(program: ExportedProgram) -> None:
-        check_kernels(program.graph_module, target, kernels)
-        verify_memory_plan(program)  # the final plan, after every plan pass
+    def verify_plan_on_target(program: ExportedProgram) -> None:
+        verify_plan(program, target, kernels)  # the final plan, after every plan pass
 
     return {"aten": verify_aten, "edge": verify_edge_on_target,
-            "backend": verify_backend_on_target, "plan": verify_plan}
+            "backend": verify_backend_on_target, "plan": verify_plan_on_target}
 
 
 def compile_methods(methods: dict[str, ExportedProgram],

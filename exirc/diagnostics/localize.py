@@ -43,8 +43,7 @@ from exirc.diagnostics.divergence import CAPTURED, PLANNED, Divergence
 from exirc.diagnostics.node_context import NodeContext
 from exirc.diagnostics.planned_reference import Recorded, record_planned
 from exirc.ir.source import source_location
-from exirc.plan.alloc import is_alloc
-from exirc.plan.control_flow import is_out_form
+from exirc.plan.ops import is_alloc, is_out_form
 from exirc.runtime.kernels import KernelRegistry, operator_key
 from exirc.serialize import program as P
 

@@ -10,7 +10,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from exirc.ir.source import source_location
-from exirc.plan.control_flow import cond_out, is_out_form, out_form_subgraphs
+from exirc.plan.ops import cond_out, is_out_form, out_form_subgraphs
 
 
 class NodeContext:

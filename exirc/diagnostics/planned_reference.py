@@ -17,8 +17,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx import GraphModule, Interpreter, Node
 
 from exirc.diagnostics.divergence import LocalizeError, describe_failure
-from exirc.plan.alloc import is_alloc
-from exirc.plan.control_flow import OUT_FORM_OPS
+from exirc.plan.ops import OUT_FORM_OPS, is_alloc
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram

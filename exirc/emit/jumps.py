@@ -2,7 +2,7 @@
 
 A `JumpFalseCall` jumps to its destination when its condition is false; one
 whose condition is a constant False value is an unconditional jump. With
-those, an out-form control-flow node (see `exirc.plan.control_flow`) becomes
+those, an out-form control-flow node (see `exirc.plan.ops`) becomes
 its subgraphs inlined between jumps, the layouts ExecuTorch's runtime runs:
 
     cond_out                          map_out
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.fx import GraphModule, Node
 
-from exirc.plan.control_flow import cond_out, map_out, out_form_subgraphs, outs_of
+from exirc.plan.ops import cond_out, map_out, out_form_subgraphs, outs_of
 from exirc.serialize import program as P
 
 if TYPE_CHECKING:

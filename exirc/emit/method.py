@@ -24,9 +24,7 @@ from exirc.errors import InternalError, UnsupportedOperatorError, UsageError
 from exirc.ir.control_flow import output_values, placeholders
 from exirc.ir.meta import constant_name, memory_plan, planned_memory, state_slot
 from exirc.ir.state import STATE_MEMORY_ID, StateSlot
-from exirc.plan.alias_views import alias_view
-from exirc.plan.alloc import is_alloc
-from exirc.plan.control_flow import is_out_form
+from exirc.plan.ops import alias_view, is_alloc, is_out_form
 from exirc.plan.write_back_state import MUTATION_KINDS
 from exirc.serialize import program as P
 

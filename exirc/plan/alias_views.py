@@ -34,6 +34,7 @@ from exirc.ir.control_flow import (
 )
 from exirc.ir.rewrite import Answer, rewrite_nodes
 from exirc.passes.contract import Pass, PassResult
+from exirc.plan.ops import alias_view
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -43,11 +44,6 @@ _SAME_BYTES = frozenset({
     aten.view_copy.default, aten.squeeze_copy.default, aten.squeeze_copy.dim,
     aten.squeeze_copy.dims, aten.unsqueeze_copy.default, aten.alias_copy.default,
 })
-
-
-def alias_view(tensor: torch.Tensor, shape: list[int]) -> torch.Tensor:
-    """`tensor` seen with `shape`: same memory, no copy."""
-    return tensor.view(shape)
 
 
 def _static(value: object) -> bool:
@@ -124,10 +120,3 @@ def _planned(node: Node, received: Received, user_inputs: set[str]) -> bool:
     if node.op == "placeholder":
         return node.name in user_inputs  # else a parameter, buffer or constant
     return node.op == "call_function"  # an op's result: planned once it has outs
-
-
-def view_base(node: Node) -> Node:
-    """What an alias_view chain ends at."""
-    while node.op == "call_function" and node.target is alias_view:
-        node = node.args[0]  # type: ignore[assignment]
-    return node

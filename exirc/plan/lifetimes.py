@@ -37,9 +37,9 @@ from torch.fx import Graph, GraphModule, Node
 
 from exirc.errors import InternalError, ModelError
 from exirc.ir.control_flow import output_values, placeholders
-from exirc.plan.alloc import is_alloc
-from exirc.plan.control_flow import (
+from exirc.plan.ops import (
     cond_out,
+    is_alloc,
     is_out_form,
     map_out,
     node_list,

@@ -108,8 +108,8 @@ def largest_planned_tensors(program: ExportedProgram) -> list[tuple[Node, int]]:
     Sizes are measured as the planner measured them (dynamic dims at their
     upper bounds), by the same function; only a failing check pays for it.
     """
-    from exirc.plan.alias_views import alias_view
     from exirc.plan.lifetimes import tensor_lifetimes
+    from exirc.plan.ops import alias_view
 
     graph = program.graph_module.graph
     user_inputs = {node.name for node in graph.nodes

@@ -11,8 +11,8 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from exirc.ir.meta import set_memory_plan, set_planned_memory, state_slot
 from exirc.ir.state import STATE_MEMORY_ID
 from exirc.passes.contract import Pass, PassResult
-from exirc.plan.alias_views import alias_view
 from exirc.plan.lifetimes import tensor_lifetimes
+from exirc.plan.ops import alias_view
 from exirc.plan.placement import check_plan, plan_memory
 
 # Memory id 0 is reserved (as in ExecuTorch's files); the planned arena is id 1.

@@ -8,65 +8,85 @@ out argument(s), which is what the memory planner and the emitter read.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from torch.fx import Node
+from torch.fx import GraphModule, Node
 
 from exirc.backend.ops import BackendOp
-from exirc.edge.ops import is_custom_op
 from exirc.errors import UnsupportedOperatorError
-from exirc.ir.control_flow import WHILE_LOOP, is_control_flow, subgraphs
+from exirc.ir.control_flow import (
+    MAP,
+    WHILE_LOOP,
+    is_control_flow,
+    output_values,
+    placeholders,
+    subgraphs,
+)
 from exirc.ir.source import source_location
 from exirc.passes.contract import Pass, PassResult
-from exirc.plan.alloc import alloc
-from exirc.plan.control_flow import copy_passthrough_results, to_out_form
-from exirc.plan.functional_ops import functional_call
+from exirc.plan.ops import OUT_FORMS, alloc, out_variant, view_base
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
-# Where a tensor is made and how it is laid out: an out-variant takes none of
-# these, because the out tensor it is given already decides them.
-_TENSOR_OPTIONS = frozenset({"dtype", "layout", "device", "pin_memory"})
+def _results(node: Node) -> list[torch.Tensor]:
+    value = node.meta["val"]
+    results = list(value) if isinstance(value, (list, tuple)) else [value]
+    for result in results:
+        if not isinstance(result, torch.Tensor):
+            where = source_location(node)
+            raise UnsupportedOperatorError(
+                f"{node.target} at {where or node.name} returns a {type(result).__name__}; "
+                "control flow may only produce tensors",
+                hint="return sizes and counters as 0-d tensors (torch.tensor(n))")
+    return results
 
 
-def _signature(schema: torch._C.FunctionSchema) -> list[tuple[str, str]]:
-    return [(a.name, str(a.type)) for a in schema.arguments
-            if not a.is_out and a.name not in _TENSOR_OPTIONS]
+def copy_passthrough_results(body: GraphModule) -> None:
+    """Make every result of a loop body a tensor of its own.
 
-
-def out_variant(target: Any) -> Any:
-    """The out-variant of a call target, or None if it has none.
-
-    A backend op carries its out-variant schema, so it is its own. A custom
-    op with no out overload is called functionally into planned memory
-    (`exirc.plan.functional_ops`).
+    The loop copies result k into state k while state j is still to be read
+    for result j; a body returning a state, a view of one (see
+    `exirc.plan.alias_views`), or one value twice would read a state already
+    overwritten, so such results become clones first.
     """
-    if isinstance(target, BackendOp):
-        return target if target.out_names else None
-    found = _aten_out_variant(target)
-    if found is None and is_custom_op(target):
-        return functional_call(target)
-    return found
+    output = body.graph.output_node()
+    seen: set[Node] = set()
+    results = output_values(body)
+    for i, result in enumerate(results):
+        if isinstance(result, Node) and (view_base(result).op == "placeholder" or
+                                         result in seen):
+            with body.graph.inserting_before(output):
+                clone = body.graph.call_function(torch.ops.aten.clone.default, (result,))
+            clone.meta.update(val=result.meta["val"], stack_trace=result.meta.get("stack_trace"))
+            results[i] = clone
+        if isinstance(result, Node):
+            seen.add(result)
+    output.args = (tuple(results),)
+    body.recompile()
 
 
-@functools.cache
-def _aten_out_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The overload of `op`'s packet taking the same arguments plus outs."""
-    if any(a.is_out for a in op._schema.arguments):
-        return op  # already an out-variant
-    wanted = _signature(op._schema)
-    packet = op.overloadpacket
-    for name in packet.overloads():
-        candidate = getattr(packet, name)
-        schema = candidate._schema
-        if any(a.is_out for a in schema.arguments) and _signature(schema) == wanted:
-            return candidate
-    return None
+def to_out_form(owner: GraphModule, node: Node,
+                make_alloc: Callable[[Node, torch.Tensor], Node]) -> None:
+    """Rewrite control-flow `node` (of `owner`) into its out form, in place.
+
+    `make_alloc(before, fake)` inserts an alloc node before `before`.
+    """
+    outs = [make_alloc(node, fake) for fake in _results(node)]
+    target = node.target
+    if target is MAP:
+        body = subgraphs(owner, node)[0]
+        xs = list(node.args[1])  # type: ignore[arg-type]
+        slice_placeholders = placeholders(body)[:len(xs)]
+        slices = [make_alloc(node, p.meta["val"]) for p in slice_placeholders]
+        node.args = (*node.args, slices, outs)
+    else:
+        node.args = (*node.args, outs)
+    node.target = OUT_FORMS[target]  # type: ignore[assignment]
 
 
 def _returns_tensors(target: Any) -> bool:

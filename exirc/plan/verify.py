@@ -1,4 +1,8 @@
-"""The plan stage's verifier: the memory plan the emitter will write is sound.
+"""The verifier of the out-variant form, run after the plan stage.
+
+Two checks, the program's last before emit: the target's runtime has a
+kernel for every call (`exirc.plan.kernels`), and the memory plan the emitter
+will write is sound.
 
 `memory_plan` proves the plan it makes, but it is not the last word: a pass
 after it in a user's pipeline may move a tensor (its `planned_memory`) or make
@@ -12,15 +16,17 @@ file is written.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from torch.export.graph_signature import InputKind, TensorArgument
 
 from exirc.errors import InternalError
 from exirc.ir.meta import memory_plan, planned_memory
-from exirc.plan.alias_views import alias_view
+from exirc.plan.kernels import check_kernels
 from exirc.plan.lifetimes import Lifetime, tensor_lifetimes
 from exirc.plan.memory_plan import ARENA_ID
+from exirc.plan.ops import alias_view
 from exirc.plan.placement import MemoryPlan, check_plan
 
 if TYPE_CHECKING:
@@ -28,6 +34,13 @@ if TYPE_CHECKING:
 
 _HINT = ("this is a bug in exirc, or in a pass your pipeline runs after memory_plan; "
          "please report it with the command you ran and --debug output")
+
+
+def verify_plan(program: ExportedProgram, target: str, kernels: Iterable[str] = ()) -> None:
+    """Check an out-variant program: `target` (or a plugin's `kernels`) runs every
+    call, and its final memory plan is sound."""
+    check_kernels(program.graph_module, target, kernels)
+    verify_memory_plan(program)
 
 
 def verify_memory_plan(program: ExportedProgram) -> None:

@@ -184,7 +184,7 @@ def test_while_loop_state_is_not_aliased_when_results_swap() -> None:
 
 
 def test_loop_body_returning_its_state_gets_copies() -> None:
-    from exirc.plan.control_flow import copy_passthrough_results
+    from exirc.plan.to_out_variants import copy_passthrough_results
 
     class Swap(torch.nn.Module):
         def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -202,8 +202,8 @@ def test_loop_body_returning_its_state_gets_copies() -> None:
 
 
 def test_loop_body_returning_a_view_of_its_state_gets_a_copy() -> None:
-    from exirc.plan.alias_views import alias_view
-    from exirc.plan.control_flow import copy_passthrough_results
+    from exirc.plan.ops import alias_view
+    from exirc.plan.to_out_variants import copy_passthrough_results
 
     graph = torch.fx.Graph()
     a, b = graph.placeholder("a"), graph.placeholder("b")

@@ -17,9 +17,9 @@ from torch.fx import Graph, Node
 
 from exirc.errors import InternalError, ModelError, UsageError
 from exirc.ir.meta import memory_plan, planned_memory
-from exirc.plan.alloc import alloc, is_alloc
 from exirc.plan.lifetimes import Lifetime, tensor_lifetimes
 from exirc.plan.memory_plan import MemoryPlanPass
+from exirc.plan.ops import alloc, is_alloc
 from exirc.plan.placement import (
     ALGORITHMS,
     MemoryPlan,

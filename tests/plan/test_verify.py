@@ -27,8 +27,8 @@ from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import InternalError
 from exirc.ir.meta import planned_memory, set_memory_plan, set_planned_memory
 from exirc.pipelines import load_pipeline
-from exirc.plan.alloc import alloc
 from exirc.plan.lifetimes import tensor_lifetimes
+from exirc.plan.ops import alloc
 from exirc.plan.verify import verify_memory_plan
 from tests.plugin_modules import plugin_module
 from tests.targets import TARGETS
@@ -150,7 +150,7 @@ COLLIDE = '''
 from exirc.passes.contract import PassResult
 from exirc.plan.lifetimes import tensor_lifetimes
 from exirc.ir.meta import planned_memory, set_planned_memory
-from exirc.plan.alias_views import alias_view
+from exirc.plan.ops import alias_view
 
 MOVED = []
 

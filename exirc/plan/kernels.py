@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 from exirc.backend.ops import registered_kernel_names
 from exirc.errors import OperatorNotSupportedError, UnsupportedOperatorError
 from exirc.ir.source import source_location
-from exirc.plan.to_out_variants import out_variant
+from exirc.plan.ops import out_variant
 from exirc.targets import BACKEND_OPS, builtin_targets, kernel_list, kernel_sets
 
 
