@@ -10,25 +10,33 @@ Codes are grouped by their hundreds, which follow the exit codes: E01xx
 internal, E02xx usage, E03xx invalid model or program, E04xx unsupported
 operator, E05xx verification mismatch.
 
-The entries are in a module per family (`catalogue_internal_and_usage`,
-`catalogue_invalid_model_or_program`, `catalogue_unsupported_and_mismatch`),
-each an `ErrorDoc` (`error_doc`); this module joins them into one table and
-looks codes up. All of it is data: it imports nothing from the compiler, so
-looking a code up never imports torch.
+The entries are data, `catalogue.yaml` beside this module (each an
+`ErrorDoc`, `error_doc`); this module reads them and looks codes up. It
+imports nothing from the compiler, so looking a code up never imports torch.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from importlib import resources
+from typing import Any
 
-from exirc.diagnostics.catalogue_internal_and_usage import INTERNAL_AND_USAGE_ERRORS
-from exirc.diagnostics.catalogue_invalid_model_or_program import INVALID_MODEL_OR_PROGRAM_ERRORS
-from exirc.diagnostics.catalogue_unsupported_and_mismatch import UNSUPPORTED_AND_MISMATCH_ERRORS
+import yaml
+
 from exirc.diagnostics.error_doc import ErrorDoc
 
-_DOCS = (*INTERNAL_AND_USAGE_ERRORS, *INVALID_MODEL_OR_PROGRAM_ERRORS,
-         *UNSUPPORTED_AND_MISMATCH_ERRORS)
+
+def _read_catalogue() -> tuple[ErrorDoc, ...]:
+    text = resources.files(__package__ or "exirc.diagnostics").joinpath(
+        "catalogue.yaml").read_text()
+    entries: list[dict[str, Any]] = yaml.safe_load(text)
+    return tuple(ErrorDoc(**{**entry, "causes": tuple(entry["causes"]),
+                             "what_to_do": tuple(entry["what_to_do"])})
+                 for entry in entries)
+
+
+_DOCS = _read_catalogue()
 
 CATALOGUE: dict[str, ErrorDoc] = {doc.code: doc for doc in _DOCS}
 
