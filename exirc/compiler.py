@@ -191,7 +191,7 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
     """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes])).
 
     `kernels` is the interpreter's kernel registry for `options.verify`."""
-    from exirc.capture import MethodSource, capture
+    from exirc.capture import MethodSource
 
     _check_self_check_options(options)
     sources = {"forward": MethodSource("forward", module, tuple(example_inputs),
@@ -200,18 +200,7 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
         extra_module, extra_inputs, *shapes = entry
         sources[name] = MethodSource(name, extra_module, tuple(extra_inputs),
                                      shapes[0] if shapes else None, None, "<module>")
-    started = time.perf_counter()
-    exported = {name: capture(source) for name, source in sources.items()}
-    capture_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    references = _references(sources, exported, options)
-    eager_seconds = time.perf_counter() - started
-    result = compile_methods(exported, options, kernels)
-    result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
-    if references is not None:
-        result.report.stage_seconds["eager"] = eager_seconds
-        _verify_and_bundle(result, references, options, kernels)
-    return result
+    return _compile_sources(sources, options, kernels, started=time.perf_counter())
 
 
 def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
@@ -225,15 +214,24 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
     a program that computes something else than the model raises
     VerificationError; `kernels` is the interpreter's kernel registry for it.
     """
-    from exirc.capture import capture, load_model
+    from exirc.capture import load_model
 
     _check_self_check_options(options)
-    started = time.perf_counter()
+    started = time.perf_counter()  # loading the model counts as capture
     loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
-    exported = {name: capture(source) for name, source in loaded.methods.items()}
+    return _compile_sources(loaded.methods, options, kernels, started=started)
+
+
+def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
+                     kernels: KernelRegistry | None, *, started: float) -> CompileResult:
+    """Capture each method, take the eager references --verify/--bundle need,
+    compile, and check the program against them; `started` is when capture began."""
+    from exirc.capture import capture
+
+    exported = {name: capture(source) for name, source in sources.items()}
     capture_seconds = time.perf_counter() - started
     eager_started = time.perf_counter()
-    references = _references(loaded.methods, exported, options)
+    references = _references(sources, exported, options)
     eager_seconds = time.perf_counter() - eager_started
     result = compile_methods(exported, options, kernels)
     result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
