@@ -19,8 +19,9 @@ from exirc.errors import InputError, UsageError, VerificationError
 if TYPE_CHECKING:
     import numpy
 
+    from exirc.runtime.inputs import InputSpec
     from exirc.runtime.loader import LoadedProgram
-    from exirc.runtime.method import InputSpec, Method
+    from exirc.runtime.method import Method
 
 EPILOG = """\b
 Examples:

@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from exirc.runtime.delegates import register_backend
+    from exirc.runtime.inputs import InputSpec
     from exirc.runtime.kernels import register_kernel
     from exirc.runtime.loader import LoadedProgram, load
-    from exirc.runtime.method import InputSpec, Method
+    from exirc.runtime.method import Method
     from exirc.runtime.profile import Profile
 
 __all__ = ["InputSpec", "LoadedProgram", "Method", "Profile", "load", "register_backend",
            "register_kernel"]
 
 _HOMES = {
-    "load": "loader", "LoadedProgram": "loader", "Method": "method", "InputSpec": "method",
+    "load": "loader", "LoadedProgram": "loader", "Method": "method", "InputSpec": "inputs",
     "register_kernel": "kernels", "register_backend": "delegates", "Profile": "profile",
 }
 
