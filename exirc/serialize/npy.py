@@ -6,7 +6,7 @@
   * Nothing is ever unpickled: object arrays are how a .npy runs code, and a
     program's inputs are plain tensors anyway, so only bool, integer and
     floating-point dtypes are accepted.
-  * The header is parsed here rather than by `numpy.load`, and the number of
+  * The header is parsed by `npy_header`, not by `numpy.load`, and the number of
     data bytes it asks for (computed with Python ints, so it cannot overflow)
     must match the bytes really present *before* anything is allocated. A
     100-byte file whose header claims a 40 GiB array fails at once instead of
@@ -23,19 +23,16 @@ native byte order, the form the interpreter's kernels assume.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import math
 import os
 import stat
 import struct
-import sys
 import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy
@@ -43,34 +40,20 @@ import numpy.lib.format
 import numpy.typing as npt
 
 from exirc.errors import InputError, UsageError
+from exirc.serialize.npy_header import (
+    MAX_HEADER_SIZE,
+    NPY_MAGIC,
+    Header,
+    describe_size,
+    is_accepted,
+    read_header,
+)
 
 __all__ = ["MAX_HEADER_SIZE", "MAX_MEMBERS", "load_array", "load_arrays", "save_arrays"]
-
-# numpy.load's own default cap: a real header for any array we accept is a
-# few hundred bytes, and the cap bounds the work `ast.literal_eval` can do.
-MAX_HEADER_SIZE = 10_000
 
 # A program has a handful of inputs; an archive with thousands of members is
 # a mistake or an attack on the time spent walking the zip directory.
 MAX_MEMBERS = 1024
-
-# dtype kinds a program tensor can have: bool, signed, unsigned, float.
-_ACCEPTED_KINDS = "biuf"
-
-# How to name a refused dtype kind in a message ("V" also covers sub-arrays).
-_KIND_NAMES = {
-    "c": "complex",
-    "U": "text",
-    "S": "bytes",
-    "T": "text",
-    "M": "datetime",
-    "m": "timedelta",
-    "V": "structured or raw bytes",
-}
-
-_NPY_MAGIC = numpy.lib.format.MAGIC_PREFIX  # b"\x93NUMPY"
-_ZIP_MAGIC = b"PK"
-_VERSIONS = {(1, 0): "<H", (2, 0): "<I", (3, 0): "<I"}  # -> header-length field
 
 # Reads go through chunks of this size so that, in a .npz, memory grows only
 # as fast as real decompressed data arrives, never by what a header claims.
@@ -86,20 +69,6 @@ _NPZ_HINT = (
 _PATH_HINT = "check the path and that the file is readable"
 
 
-@dataclass(frozen=True)
-class _Header:
-    """What a .npy header promises, checked, before any data is trusted."""
-
-    dtype: numpy.dtype[Any]
-    shape: tuple[int, ...]
-    fortran_order: bool
-    header_size: int  # bytes from the start of the .npy to its first data byte
-    nbytes: int  # data bytes the dtype and shape require
-
-    def describe(self) -> str:
-        return f"shape {self.shape} of {self.dtype.name} needs {_bytes(self.nbytes)}"
-
-
 # --------------------------------------------------------------------------- public API
 
 
@@ -113,7 +82,7 @@ def load_array(path: str | os.PathLike[str]) -> npt.NDArray[Any]:
     name = os.fspath(path)
     with _open_regular(name) as f:
         try:
-            header = _read_header(f, name, _NPY_HINT)
+            header = read_header(f, name, _NPY_HINT)
             present = os.fstat(f.fileno()).st_size - header.header_size
             if present != header.nbytes:
                 raise _size_mismatch(name, header, present)
@@ -135,8 +104,8 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, npt.NDArray[Any]]:
     name = os.fspath(path)
     with _open_regular(name) as f:
         try:
-            lead = f.read(len(_NPY_MAGIC))
-            if lead == _NPY_MAGIC:
+            lead = f.read(len(NPY_MAGIC))
+            if lead == NPY_MAGIC:
                 raise InputError(
                     f"{name}: is a single-array .npy file, not a .npz archive",
                     hint="pass it as a .npy input, or " + _NPZ_HINT,
@@ -179,7 +148,7 @@ def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, npt.NDArray[A
             raise TypeError(f"array names must be str, got {type(key).__name__}: {key!r}")
         if not isinstance(array, numpy.ndarray):
             raise TypeError(f"array {key!r} must be a numpy.ndarray, got {type(array).__name__}")
-        if not _is_accepted(array.dtype):
+        if not is_accepted(array.dtype):
             raise ValueError(
                 f"array {key!r} has dtype {array.dtype}; only bool, integer and "
                 "floating-point arrays can be saved"
@@ -253,11 +222,11 @@ def _load_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) ->
         # ZipExtFile never yields more than info.file_size bytes, and checks
         # the CRC once it reaches that size.
         with archive.open(info) as stream:
-            header = _read_header(stream, where, _NPZ_HINT)
+            header = read_header(stream, where, _NPZ_HINT)
             declared = info.file_size - header.header_size
             if declared != header.nbytes:
                 raise InputError(
-                    f"{where}: zip entry declares {_bytes(max(declared, 0))} of array data, "
+                    f"{where}: zip entry declares {describe_size(max(declared, 0))} of array data, "
                     f"but its .npy header says {header.describe()}",
                     hint=_NPZ_HINT,
                 )
@@ -276,138 +245,10 @@ def _load_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) ->
     return _to_array(data, header, where, _NPZ_HINT)
 
 
-# --------------------------------------------------------------------------- .npy header
-
-
-def _read_header(stream: IO[bytes], where: str, hint: str) -> _Header:
-    """Parse and validate a .npy header (format versions 1.0, 2.0 and 3.0).
-
-    Done by hand, not with numpy.lib.format's readers, because those cover
-    only versions 1.0 and 2.0 publicly, accept any dtype (including object
-    and structured ones) and report problems as bare ValueErrors.
-    """
-    lead = _read_up_to(stream, len(_NPY_MAGIC) + 2)
-    if not lead:
-        raise InputError(f"{where}: is empty, not a .npy file", hint=hint)
-    if not lead.startswith(_NPY_MAGIC):
-        if lead.startswith(_ZIP_MAGIC):
-            raise InputError(
-                f"{where}: is a .npz (zip) archive, not a single-array .npy file", hint=hint
-            )
-        raise InputError(f"{where}: not a .npy file (bad magic bytes {lead[:6]!r})", hint=hint)
-    if len(lead) < len(_NPY_MAGIC) + 2:
-        raise InputError(f"{where}: truncated inside the .npy magic string", hint=hint)
-    version = (lead[6], lead[7])
-    length_format = _VERSIONS.get(version)
-    if length_format is None:
-        raise InputError(
-            f"{where}: unsupported .npy format version {version[0]}.{version[1]} "
-            "(exirc reads versions 1.0, 2.0 and 3.0)",
-            hint=hint,
-        )
-    length_size = struct.calcsize(length_format)
-    raw_length = _read_up_to(stream, length_size)
-    if len(raw_length) < length_size:
-        raise InputError(f"{where}: truncated inside the .npy header length", hint=hint)
-    (header_length,) = struct.unpack(length_format, raw_length)
-    if header_length > MAX_HEADER_SIZE:
-        raise InputError(
-            f"{where}: .npy header is {header_length} bytes, more than the "
-            f"{MAX_HEADER_SIZE} allowed",
-            hint=hint,
-        )
-    raw = _read_up_to(stream, header_length)
-    if len(raw) < header_length:
-        raise InputError(
-            f"{where}: truncated: the .npy header ends after {len(raw)} of {header_length} bytes",
-            hint=hint,
-        )
-    text = raw.decode("utf-8" if version == (3, 0) else "latin-1", errors="replace")
-    try:
-        # literal_eval builds only literals (never calls anything); the size
-        # cap above bounds its work, and deep nesting fails as an error.
-        fields = ast.literal_eval(text)
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
-        fields = None
-    if not isinstance(fields, dict) or set(fields) != {"descr", "fortran_order", "shape"}:
-        raise InputError(
-            f"{where}: malformed .npy header: expected a dict with the keys 'descr', "
-            f"'fortran_order' and 'shape', got {_clip(text)}",
-            hint=hint,
-        )
-    dtype = _header_dtype(fields["descr"], where, hint)
-    shape = fields["shape"]
-    if not isinstance(shape, tuple) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
-    ):
-        raise InputError(
-            f"{where}: bad shape {_clip(shape)} in the .npy header: "
-            "it must be a tuple of non-negative integers",
-            hint=hint,
-        )
-    fortran_order = fields["fortran_order"]
-    if not isinstance(fortran_order, bool):
-        raise InputError(
-            f"{where}: bad fortran_order {_clip(fortran_order)} in the .npy header: "
-            "it must be True or False",
-            hint=hint,
-        )
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > sys.maxsize or any(n > sys.maxsize for n in shape):
-        # No array can be that big, and numbers this large would not even
-        # print (Python refuses int -> str beyond 4300 digits).
-        raise InputError(
-            f"{where}: shape {_clip(shape)} of {dtype.name} in the .npy header is too large "
-            f"for any array (more than {sys.maxsize} bytes or elements)",
-            hint=hint,
-        )
-    return _Header(
-        dtype=dtype,
-        shape=shape,
-        fortran_order=fortran_order,
-        header_size=len(_NPY_MAGIC) + 2 + length_size + header_length,
-        nbytes=nbytes,
-    )
-
-
-def _header_dtype(descr: object, where: str, hint: str) -> numpy.dtype[Any]:
-    if isinstance(descr, list):
-        raise InputError(
-            f"{where}: dtype is a structured (record) dtype; only bool, integer and "
-            "floating-point arrays are supported",
-            hint=hint,
-        )
-    if not isinstance(descr, str):
-        raise InputError(f"{where}: bad dtype {_clip(descr)} in the .npy header", hint=hint)
-    try:
-        dtype = numpy.dtype(descr)
-    except Exception as e:  # numpy's dtype parser raises many types on odd strings
-        raise InputError(
-            f"{where}: unknown dtype {_clip(descr)} in the .npy header", hint=hint
-        ) from e
-    if dtype.hasobject:
-        raise InputError(
-            f"{where}: dtype {descr!r} is an object dtype; object arrays are stored with "
-            "pickle, which can run arbitrary code, so exirc refuses them",
-            hint=hint,
-        )
-    if not _is_accepted(dtype):
-        raise InputError(
-            f"{where}: dtype {descr!r} ({_KIND_NAMES.get(dtype.kind, dtype.kind)}) is not "
-            "supported; only bool, integer and floating-point arrays are",
-            hint=hint,
-        )
-    return dtype
-
-
-def _is_accepted(dtype: numpy.dtype[Any]) -> bool:
-    return dtype.kind in _ACCEPTED_KINDS and dtype.fields is None and dtype.subdtype is None
-
-
 # --------------------------------------------------------------------------- data
 
 
-def _to_array(data: bytearray, header: _Header, where: str, hint: str) -> npt.NDArray[Any]:
+def _to_array(data: bytearray, header: Header, where: str, hint: str) -> npt.NDArray[Any]:
     """Give the interpreter the one layout its kernels assume: C order, native endian."""
     try:
         flat = numpy.frombuffer(data, dtype=header.dtype, count=math.prod(header.shape))
@@ -423,20 +264,7 @@ def _to_array(data: bytearray, header: _Header, where: str, hint: str) -> npt.ND
     return numpy.asarray(array, dtype=header.dtype.newbyteorder("="), order="C")
 
 
-def _read_up_to(stream: IO[bytes], n: int) -> bytes:
-    """Read n bytes, fewer only at end of stream (raw reads may return short)."""
-    parts: list[bytes] = []
-    left = n
-    while left > 0:
-        part = stream.read(left)
-        if not part:
-            break
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
-
-
-def _read_into(stream: io.BufferedIOBase, header: _Header, where: str) -> bytearray:
+def _read_into(stream: io.BufferedIOBase, header: Header, where: str) -> bytearray:
     """Read data whose size the file has already been shown to hold."""
     data = bytearray(header.nbytes)
     view = memoryview(data)
@@ -449,7 +277,7 @@ def _read_into(stream: io.BufferedIOBase, header: _Header, where: str) -> bytear
     return data
 
 
-def _read_growing(stream: IO[bytes], header: _Header, where: str) -> bytearray:
+def _read_growing(stream: IO[bytes], header: Header, where: str) -> bytearray:
     """Read data whose size is only claimed, so memory tracks what actually arrives."""
     data = bytearray()
     while len(data) < header.nbytes:
@@ -508,40 +336,22 @@ def _write_error(name: str, e: OSError) -> UsageError:
     )
 
 
-def _size_mismatch(where: str, header: _Header, present: int) -> InputError:
+def _size_mismatch(where: str, header: Header, present: int) -> InputError:
     if present < header.nbytes:
         return _truncated(where, header, present, _NPY_HINT)
     return InputError(
-        f"{where}: {_bytes(present - header.nbytes)} of unexpected data after the array "
-        f"(the header's {header.describe()}; the file holds {_bytes(present)})",
+        f"{where}: {describe_size(present - header.nbytes)} of unexpected data after the array "
+        f"(the header's {header.describe()}; the file holds {describe_size(present)})",
         hint=_NPY_HINT,
     )
 
 
-def _truncated(where: str, header: _Header, present: int, hint: str) -> InputError:
+def _truncated(where: str, header: Header, present: int, hint: str) -> InputError:
     return InputError(
         f"{where}: truncated: the header's {header.describe()}, "
-        f"but only {_bytes(present)} of data follow",
+        f"but only {describe_size(present)} of data follow",
         hint="the file is incomplete or the header is wrong; " + hint,
     )
-
-
-def _bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    size = float(n)
-    units = ["KiB", "MiB", "GiB", "TiB", "PiB"]
-    for unit in units[:-1]:
-        size /= 1024
-        if size < 1024:
-            return f"{n} bytes ({size:.1f} {unit})"
-    return f"{n} bytes ({size / 1024:.1f} {units[-1]})"
-
-
-def _clip(value: object, limit: int = 80) -> str:
-    """Quote header content in a message without echoing kilobytes of it."""
-    text = repr(value.strip() if isinstance(value, str) else value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _umask() -> int:
