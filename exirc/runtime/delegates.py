@@ -11,16 +11,36 @@ load, with every other missing piece of the program.
 
 from __future__ import annotations
 
+import inspect
 from collections import ChainMap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from exirc.errors import FormatError
 from exirc.serialize import program as P
 
 
+@dataclass(frozen=True)
+class BackendInitContext:
+    """What a backend may look up while initialising a payload
+    (ExecuTorch's BackendInitContext): the program's named data, where
+    delegates keep weights so that they are stored once."""
+
+    program: P.Program
+    where: str
+
+    def named_data(self, key: str) -> bytes | memoryview | None:
+        """The bytes the program stores under `key`, or None."""
+        return self.program.named_segment(key)
+
+
 class Backend(Protocol):
-    """What a backend implements (ExecuTorch's BackendInterface, in Python)."""
+    """What a backend implements (ExecuTorch's BackendInterface, in Python).
+
+    `init` may take a third argument, a `BackendInitContext`; backends that
+    keep weights in the program's named data need it.
+    """
 
     def init(self, processed: bytes | memoryview, compile_specs: Sequence[P.CompileSpec]) -> Any:
         """Prepare a payload once, at load; the result is passed to every `execute`."""
@@ -77,11 +97,24 @@ def initialise(backend: Backend, program: P.Program, delegate: P.BackendDelegate
                where: str) -> Any:
     """The backend's handle for one delegate; a backend refusing its payload is a
     program error, reported as such."""
+    args: list[Any] = [payload(program, delegate), delegate.compile_specs]
+    if _takes_context(backend):
+        args.append(BackendInitContext(program, where))
     try:
-        return backend.init(payload(program, delegate), delegate.compile_specs)
+        return backend.init(*args)
     except Exception as error:  # noqa: BLE001 (any failure of foreign code)
         raise FormatError(f"backend {delegate.id!r} could not initialise its payload: "
                           f"{type(error).__name__}: {error}", field=where) from error
+
+
+def _takes_context(backend: Backend) -> bool:
+    try:
+        parameters = inspect.signature(backend.init).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    return len(positional) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in positional)
 
 
 def bind(backend: Backend, handle: Any, args: Sequence[int], env: list[Any],
