@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.backend.ops import BackendOp
 from exirc.edge.ops import is_edge_op
 from exirc.errors import DialectError
@@ -24,8 +25,8 @@ def verify_backend(program: ExportedProgram, kept: Collection[Any] = frozenset()
     for node in all_nodes(program.graph_module):
         if node.op != "call_function" or is_control_flow(node):
             continue
-        if isinstance(node.target, BackendOp) or is_edge_op(node.target) or \
-                node.target in kept:
+        if isinstance(node.target, (BackendOp, LoweredDelegate)) or \
+                is_edge_op(node.target) or node.target in kept:
             continue
         raise DialectError(
             f"{describe_node(node)} is neither an Edge op nor a registered backend op",

@@ -16,7 +16,9 @@ import torch
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx import GraphModule, Node
 
+from exirc.backend.delegation.lowered import DelegateWithOuts, LoweredDelegate
 from exirc.emit.constants import ConstantTable
+from exirc.emit.delegates import backend_delegate
 from exirc.emit.frames import program_frames
 from exirc.emit.jumps import emit_control_flow
 from exirc.emit.values import ValueTable
@@ -24,7 +26,7 @@ from exirc.errors import InternalError, UnsupportedOperatorError, UsageError
 from exirc.ir.control_flow import output_values, placeholders
 from exirc.ir.meta import constant_name, memory_plan, planned_memory, state_slot
 from exirc.ir.state import STATE_MEMORY_ID, StateSlot
-from exirc.plan.ops import alias_view, is_alloc, is_out_form
+from exirc.plan.ops import alias_view, is_alloc, is_out_form, node_list
 from exirc.plan.write_back_state import MUTATION_KINDS
 from exirc.serialize import program as P
 
@@ -69,6 +71,8 @@ class MethodEmitter:
         self._enclosing_frames: list[list[P.Frame]] = []
         self._false_value: int | None = None
         self.state_bytes = 0  # the end of the last state slot this method uses
+        # Delegates in the order of ExecutionPlan.delegates (emit.delegates).
+        self.lowered: list[LoweredDelegate] = []
 
     def emit(self) -> P.ExecutionPlan:
         _check_no_mutation_outputs(self.program)
@@ -94,6 +98,7 @@ class MethodEmitter:
             operators=self.operators,
             non_const_buffer_sizes=[0, arena],
             container_meta_type=self.container_metadata(),
+            delegates=[backend_delegate(lowered) for lowered in self.lowered],
         )
 
     # -- nodes -------------------------------------------------------------
@@ -221,7 +226,20 @@ class MethodEmitter:
         if target is alias_view:
             self.alias(node)
             return
+        if isinstance(target, DelegateWithOuts):
+            self.delegate_call(node, target.delegate)
+            return
         self.kernel_call(node)
+
+    def delegate_call(self, node: Node, lowered: LoweredDelegate) -> None:
+        """A DelegateCall: its args are the inputs then the outputs it writes."""
+        if lowered not in self.lowered:
+            self.lowered.append(lowered)
+        inputs = node_list(node.args[0])
+        outs = [self.table.node_value(out) for out in node_list(node.kwargs["out"])]
+        args = [self.table.argument(value, "Tensor") for value in inputs] + outs
+        self.table.of_node[node] = outs
+        self.append(P.DelegateCall(self.lowered.index(lowered), args), node)
 
     def alias(self, node: Node) -> None:
         """A view with no instruction: a tensor value over its input's memory."""

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from torch.fx import Node
 
+from exirc.backend.delegation.lowered import LoweredDelegate
+from exirc.emit import delegates
 from exirc.emit.constants import ConstantTable
 from exirc.emit.method import MethodEmitter
 from exirc.emit.shapes import method_shapes
@@ -37,6 +39,7 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
     instruction comes from."""
     constants = ConstantTable()
     program = P.Program()
+    delegated: list[tuple[P.ExecutionPlan, list[LoweredDelegate]]] = []
     shapes = {}
     nodes = {}
     stateful: list[P.ExecutionPlan] = []
@@ -49,6 +52,7 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
             stateful.append(plan)
             state_bytes = max(state_bytes, emitter.state_bytes)
         nodes[name] = emitter.instruction_nodes
+        delegated.append((plan, emitter.lowered))
         method = method_shapes(emitter.table.symbolic_dims, exported)
         if method is not None:
             shapes[name] = method
@@ -57,6 +61,8 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
     for plan in stateful:
         plan.non_const_buffer_sizes.append(round_up(state_bytes, STATE_ALIGNMENT))
     constants.attach(program)
+    for plan, lowered in delegated:
+        delegates.attach(program, plan, lowered)
     if shapes:
         program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes))
     return EmittedProgram(program, nodes)

@@ -9,6 +9,7 @@ writes is here, with what it holds, who writes it and who reads it:
     exirc_memory_plan (graph module)     the method's MemoryPlan memory_plan -> emit, report
     exirc_constant_name (placeholder)    a constant's name       constant passes -> size report
     exirc_state (placeholder)            its StateSlot           ir.state -> every stage
+    exirc_delegation (graph module)      a DelegationReport      delegate -> compile report
 
 The strings are private to the compiler (never written to files), so they
 can change; the accessors are the interface.
@@ -72,3 +73,15 @@ def state_slot(node: Node) -> StateSlot | None:
 
 def set_state_slot(node: Node, slot: StateSlot) -> None:
     node.meta[_STATE] = slot
+
+
+_DELEGATION = "exirc_delegation"
+
+
+def delegation_report(graph_module: GraphModule) -> Any:
+    """The `DelegationReport` the delegate pass left on a method's graph, or None."""
+    return graph_module.meta.get(_DELEGATION)
+
+
+def set_delegation_report(graph_module: GraphModule, report: Any) -> None:
+    graph_module.meta[_DELEGATION] = report

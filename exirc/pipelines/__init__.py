@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
 from exirc.backend.sym_prims import SymPrims
 from exirc.edge.constant_fold import ConstantFold
@@ -35,7 +36,7 @@ from exirc.targets import DEFAULT_TARGET
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
     ToEdge, RemoveAssertions, ViewsToCopies, ScalarsToTensors, RemoveNoopCopies,
     ConstantFold, DeadCodeElimination,
-    SymPrims, Fuse,
+    SymPrims, Delegate, Fuse,
     WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from exirc.backend.delegation.lowered import DelegateWithOuts, LoweredDelegate
 from exirc.backend.ops import registered_kernel_names
 from exirc.errors import OperatorNotSupportedError, UnsupportedOperatorError
 from exirc.ir.source import source_location
@@ -32,7 +33,10 @@ def kernels_for_target(target: str, extra: Iterable[str] = ()) -> frozenset[str]
 
 def kernel_name(op: Any) -> str | None:
     """`aten::add.out` for an operator (an OpOverload or a backend op); None for a
-    call target that is no kernel call (getitem, control flow, Python functions)."""
+    call target that is no kernel call (getitem, control flow, Python functions,
+    delegate calls, which their backend runs)."""
+    if isinstance(op, (LoweredDelegate, DelegateWithOuts)):
+        return None
     schema = getattr(op, "_schema", None)
     if not isinstance(schema, torch._C.FunctionSchema):
         return None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch.fx import GraphModule, Node
 
+from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.backend.ops import BackendOp
 from exirc.errors import UnsupportedOperatorError
 from exirc.ir.control_flow import (
@@ -158,6 +159,10 @@ class ToOutVariants(Pass):
                 to_out_form(module, node, lambda before, fake: _alloc_node(graph, before, fake))
                 changed = True
                 continue
+            if isinstance(target, LoweredDelegate):
+                self._rewrite_delegate(graph, node, target)
+                changed = True
+                continue
             if node.op != "call_function" or \
                     not isinstance(target, (torch._ops.OpOverload, BackendOp)):
                 continue
@@ -175,6 +180,14 @@ class ToOutVariants(Pass):
         if changed:
             module.recompile()
         return changed
+
+    @staticmethod
+    def _rewrite_delegate(graph: torch.fx.Graph, node: Node, delegate: LoweredDelegate) -> None:
+        """A delegate call writes its results into planned tensors, as kernels do."""
+        outs = [_alloc_node(graph, node, fake) for fake in _outputs_of(node)]
+        node.target = delegate.out_form
+        node.args = (list(node.args),)
+        node.kwargs = {"out": outs}
 
     @staticmethod
     def _rewrite(graph: torch.fx.Graph, node: Node, out_op: Any) -> None:

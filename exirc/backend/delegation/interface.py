@@ -83,7 +83,7 @@ class PartitionGraph:
     def outputs(self) -> list[Node]:
         results = self.graph_module.graph.output_node().args[0]
         assert isinstance(results, (list, tuple))
-        return list(results)  # type: ignore[arg-type]
+        return list(results)
 
 
 @dataclass(frozen=True)
