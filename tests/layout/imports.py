@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exirc"
-# The FlatBuffers bindings flatc writes: one leaf of the graph (they import
-# only each other), so importing them is not importing their parent package.
-GENERATED = "exirc.serialize.generated"
+# The FlatBuffers bindings flatc writes: each package is one leaf of the graph
+# (its modules import only each other), so importing them is not importing
+# their parent package.
+GENERATED = ("exirc.serialize.generated", "exirc.serialize.xnnpack.generated")
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,9 @@ def _named(importer: str, node: ast.Import | ast.ImportFrom, is_package: bool,
         targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
                    for alias in node.names]
     for target in targets:
-        if target.startswith(GENERATED):
-            yield GENERATED
+        leaf = next((g for g in GENERATED if target.startswith(g)), None)
+        if leaf is not None:
+            yield leaf
             continue
         while target not in known and "." in target:
             target = target.rsplit(".", 1)[0]
