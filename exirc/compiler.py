@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
+    from exirc.backend.delegation.report import DelegationReport
     from exirc.backend.ops import BackendOp
     from exirc.capture import MethodSource
     from exirc.diagnostics.eager_check import VerificationReport
@@ -91,6 +92,14 @@ class CompileResult:
 
     def save(self, path: str | Path) -> None:
         write_atomically(Path(path), self.data)
+
+    @property
+    def delegation(self) -> dict[str, DelegationReport]:
+        """Per method that ran a delegate pass, what it delegated and what not."""
+        from exirc.ir.meta import delegation_report
+
+        reports = {name: delegation_report(p.graph_module) for name, p in self.planned.items()}
+        return {name: report for name, report in reports.items() if report is not None}
 
 
 def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, Verifier]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from exirc.cli.delegation_text import explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
@@ -109,6 +110,10 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
               help="Import a module (name or .py path) that registers kernels, e.g. for "
                    "custom operators; pass the same to `exirc run`.")
+@click.option("--explain-delegation", type=click.Choice(["text", "json"]), is_flag=False,
+              flag_value="text", default=None,
+              help="Print every delegated partition (ops, source lines, weights) and every "
+                   "node left on the interpreter with the reason; =json for programs.")
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
@@ -118,7 +123,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     print_ir_diff: bool, dump_dir: Path | None, max_arena: int | None,
                     verify: bool, verify_inputs: tuple[str, ...], rtol: float | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
-                    time_passes: bool, quiet: bool, verbose: bool) -> None:
+                    explain_delegation: str | None, time_passes: bool, quiet: bool,
+                    verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.pipelines import load_pipeline
 
@@ -151,6 +157,10 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                                warn=lambda message: click.echo(f"warning: {message}", err=True))
     result.save(output)
     report = result.report
+    if explain_delegation == "json":
+        click.echo(explain_json(result.delegation), nl=False)
+    elif explain_delegation == "text":
+        click.echo(explain_text(result.delegation), nl=False)
     if time_passes and report.instrument is not None:
         click.echo(report.instrument.timing_table(), err=True)
     if quiet:
@@ -167,6 +177,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         + (f", state {human_bytes(report.state_bytes)} (buffers the model updates, kept from "
            "run to run)" if report.state_bytes else ""),
     ]
+    delegated = summary_line(result.delegation)
+    if delegated:
+        lines.append(delegated)
     if verbose:
         for plan in result.program.execution_plan:
             ops = sorted({op.qualified_name for op in plan.operators})

@@ -108,3 +108,37 @@ def test_unknown_partitioner_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot import partitioner module"):
         compile_module(Model(), (torch.randn(3, 4), torch.randn(3, 4)), options=CompileOptions(
             pipeline=toy_pipeline(tmp_path, "no_such_module:P")))
+
+
+def test_cli_explains_delegation_as_text_and_json(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from exirc.cli.app import cli as main
+
+    model = tmp_path / "toy_model.py"
+    model.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        y = torch.relu(x * x + x)\n"
+        "        return y.sum(0, keepdim=True) + y\n"
+        "model = M()\n"
+        "example_inputs = (torch.randn(3, 4),)\n")
+    pipeline = toy_pipeline(tmp_path)
+    runner = CliRunner()
+    text = runner.invoke(main, ["compile", str(model), "--pipeline", str(pipeline),
+                                "-o", str(tmp_path / "t.pte"), "--explain-delegation"])
+    assert text.exit_code == 0, text.output
+    assert "method forward: 4 of 5 nodes delegated in 2 partitions (ToyBackend)" in text.output
+    assert "sum.dim_IntList [op] the toy backend runs add, mul and relu only  at " in text.output
+    assert "toy_model.py:5" in text.output
+    assert "delegated 4 of 5 nodes in 2 partitions" in text.output
+    as_json = runner.invoke(main, ["compile", str(model), "--pipeline", str(pipeline), "-q",
+                                   "-o", str(tmp_path / "t.pte"), "--explain-delegation=json"])
+    assert as_json.exit_code == 0, as_json.output
+    document = json.loads(as_json.stdout)
+    method = document["methods"]["forward"]
+    assert method["delegated_nodes"] == 4 and len(method["partitions"]) == 2
+    assert method["left_out"][0]["category"] == "op"
