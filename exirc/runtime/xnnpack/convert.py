@@ -1,0 +1,32 @@
+"""Convert: a change of datatype.
+
+Between float datatypes it is a cast. Between float and quantized datatypes
+it is how XNNPACK graphs quantize their inputs and dequantize their outputs;
+those graphs are refused at init (see `NodeContext.float_dtype`), never
+run with a guessed arithmetic.
+"""
+
+from __future__ import annotations
+
+from exirc.runtime.xnnpack.constants import FLOAT_TYPES
+from exirc.runtime.xnnpack.context import Env, NodeContext, Op
+from exirc.serialize.xnnpack import graph as G
+
+
+def build_convert(ctx: NodeContext) -> Op:
+    p = ctx.node.params
+    assert isinstance(p, G.Node1x1)
+    ctx.check_flags(p.flags)
+    ctx.float_dtype([(p.input_id, "input")])
+    dtype = ctx.float_dtype([(p.output_id, "output")])
+    source = FLOAT_TYPES[ctx.value(p.input_id, "input").datatype]
+    x = ctx.read(p.input_id, "input")
+    out = ctx.write(p.output_id)
+    if dtype == source:
+        def copy(env: Env) -> None:
+            env[out] = env[x]
+        return copy
+
+    def cast(env: Env) -> None:
+        env[out] = env[x].to(dtype)
+    return cast
