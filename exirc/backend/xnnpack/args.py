@@ -1,0 +1,58 @@
+"""Reading an fx node's arguments as the numbers they are.
+
+torch.fx types every argument as the union `Argument`; these helpers say
+which Python type an operator's schema puts there, in one place, for the
+support rules and the emitters alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.fx import Node
+
+
+def arg(node: Node, index: int, name: str, default: Any = None) -> Any:
+    """Argument `index` (or keyword `name`) of `node`, else `default`."""
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def as_int(value: Any) -> int:
+    return int(value)
+
+
+def as_float(value: Any) -> float:
+    return float(value)
+
+
+def as_ints(value: Any) -> list[int]:
+    return [int(v) for v in value]
+
+
+def as_numbers(value: Any) -> list[float]:
+    return [float(v) for v in value]
+
+
+def as_node(value: Any) -> Node:
+    assert isinstance(value, Node), f"expected a node, got {value!r}"
+    return value
+
+
+def pair(value: Any, default: int) -> list[int]:
+    """A 2-d operator's int-or-list argument as [h, w] (empty: the default)."""
+    if value is None:
+        return [default, default]
+    values = [int(value)] if isinstance(value, int) else as_ints(value)
+    if not values:
+        return [default, default]
+    return values * 2 if len(values) == 1 else values
+
+
+def shape(value: Any) -> list[int]:
+    """The logical shape of a node's tensor (output 0 of a multi-output node)."""
+    val = as_node(value).meta["val"]
+    if isinstance(val, (tuple, list)):
+        val = val[0]
+    return [int(d) for d in val.shape]

@@ -1,0 +1,65 @@
+"""Dead-node elimination and value renumbering of a finished XNNGraph.
+
+Emitters may make values nobody reads in the end (a reshape kept for a
+node whose only user was fused, a layout copy an operator took another way
+round); this drops the nodes whose outputs are not read, then the values
+and weights no remaining node or external refers to, and numbers the
+values 0..n-1 in order, as the format expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from exirc.serialize.xnnpack import graph as G
+
+OUTPUT_FIELDS = ("output_id", "output_value_id", "output_index_id")
+
+
+def _ids(params: G.NodeParams) -> dict[str, int]:
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+            if f.name.endswith("_id")}
+
+
+def _outputs(params: G.NodeParams) -> set[int]:
+    return {v for k, v in _ids(params).items() if k in OUTPUT_FIELDS}
+
+
+def _inputs(params: G.NodeParams) -> set[int]:
+    return {v for k, v in _ids(params).items()
+            if k not in OUTPUT_FIELDS and v != G.INVALID_VALUE_ID}
+
+
+def compact(graph: G.XNNGraph, named_data: dict[str, bytes]) -> None:
+    """Drop what nothing reads from `graph` (in place) and from `named_data`."""
+    read = set(graph.output_ids)
+    live: list[G.Node] = []
+    for node in reversed(graph.nodes):
+        if _outputs(node.params) & read:
+            live.append(node)
+            read |= _inputs(node.params)
+    graph.nodes = live[::-1]
+    inputs = set(graph.input_ids)  # kept even when unread: the delegate call passes them
+    keep = [v for v in graph.values if v.id_out in read or v.id_out in inputs]
+    renumber = {v.id_out: i for i, v in enumerate(keep)}
+    renumber[G.INVALID_VALUE_ID] = G.INVALID_VALUE_ID
+    data = [graph.constant_data[0]]
+    data_index: dict[int, int] = {0: 0}
+    for value in keep:
+        value.id_out = renumber[value.id_out]
+        old = value.constant_buffer_idx
+        if old:
+            if old not in data_index:
+                data_index[old] = len(data)
+                data.append(graph.constant_data[old])
+            value.constant_buffer_idx = data_index[old]
+    for node in graph.nodes:
+        for name, vid in _ids(node.params).items():
+            setattr(node.params, name, renumber[vid])
+    graph.values = keep
+    graph.input_ids = [renumber[i] for i in graph.input_ids]
+    graph.output_ids = [renumber[i] for i in graph.output_ids]
+    graph.constant_data = data
+    used = {entry.named_key for entry in data if entry.is_named}
+    for key in [k for k in named_data if k not in used]:
+        del named_data[key]
