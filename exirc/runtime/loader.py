@@ -20,6 +20,7 @@ from exirc.errors import FormatError, UnsupportedOperatorError, UsageError
 from exirc.runtime import arenas as memory
 from exirc.runtime import delegates
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
+from exirc.runtime import xnnpack as _xnnpack  # noqa: F401 (registers the XnnpackBackend)
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
 from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method

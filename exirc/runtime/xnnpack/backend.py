@@ -16,6 +16,7 @@ from exirc.runtime.xnnpack.compile import CompiledGraph, compile_graph
 from exirc.runtime.xnnpack.constants import ConstantSource
 from exirc.runtime.xnnpack.run import execute
 from exirc.serialize.xnnpack.graph import XnnpackBlob
+from exirc.serialize.xnnpack.reader import deserialize_blob
 
 if TYPE_CHECKING:
     from exirc.runtime.delegates import BackendInitContext, BackendRegistry
@@ -30,8 +31,6 @@ class XnnpackBackend:
     def init(self, processed: bytes | memoryview, compile_specs: Sequence[P.CompileSpec],
              context: BackendInitContext | None = None) -> CompiledGraph:
         """Read, check and compile one payload (once, at load)."""
-        from exirc.serialize.xnnpack.reader import deserialize_blob  # TODO: top level
-
         return self.prepare(deserialize_blob(processed), context)
 
     def prepare(self, blob: XnnpackBlob, context: BackendInitContext | None = None

@@ -1,0 +1,139 @@
+"""Programs ExecuTorch lowered to XNNPACK run in exirc, and agree with ExecuTorch's
+runtime (its own XNNPACK backend) and with eager PyTorch.
+
+The files are made in the session, by ExecuTorch itself, from the zoo of
+`zoo.py`: MLPs, convolutions of every kind, pooling, data movement, resizing,
+activations, attention, a small ViT, and transformers' GPT-2 and BERT with
+tiny random configs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+
+from exirc.cli.app import main
+from exirc.errors import FormatError, InputError, UnsupportedOperatorError
+from exirc.runtime import load
+from exirc.runtime.delegates import BackendInitContext, payload
+from exirc.runtime.xnnpack import XnnpackBackend
+from tests.oracle import requires_executorch
+from tests.runtime.xnnpack.zoo import (
+    ZOO,
+    ZooModel,
+    eager,
+    executorch_xnnpack_pte,
+    run_with_executorch_runtime,
+)
+
+pytestmark = [requires_executorch, pytest.mark.oracle]
+
+RTOL, ATOL = 1e-3, 1e-4
+
+
+@pytest.fixture(scope="session")
+def xnnpack_pte(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`xnnpack_pte(name)`: the zoo model lowered by ExecuTorch, as a file (made once)."""
+    directory = tmp_path_factory.mktemp("xnnpack")
+
+    @functools.cache
+    def make(name: str) -> Path:
+        model = ZOO[name]
+        if model.needs and importlib.util.find_spec(model.needs) is None:
+            pytest.skip(f"needs {model.needs}")
+        path = directory / f"{name}.pte"
+        path.write_bytes(executorch_xnnpack_pte(model))
+        return path
+    return make
+
+
+def assert_close(ours: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor], what: str) -> None:
+    assert len(ours) == len(theirs), what
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: output {i}"
+        torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL, msg=f"{what}: output {i}")
+
+
+def xnnpack_delegates(program: object) -> int:
+    plans = program.program.execution_plan  # type: ignore[attr-defined]
+    return sum(d.id == "XnnpackBackend" for plan in plans for d in plan.delegates)
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_model_matches_executorch_and_eager(name: str,
+                                                xnnpack_pte: Callable[[str], Path]) -> None:
+    model: ZooModel = ZOO[name]
+    path = xnnpack_pte(name)
+    program = load(path)
+    assert xnnpack_delegates(program) >= 1, "ExecuTorch delegated nothing to XNNPACK"
+    inputs = model.inputs()
+    ours = program.run("forward", list(inputs))
+    assert_close(ours, run_with_executorch_runtime(path.read_bytes(), inputs),
+                 f"{name} vs ExecuTorch")
+    assert_close(ours, eager(model), f"{name} vs eager")
+    assert_close(program.run("forward", list(inputs)), ours, f"{name}, second run")
+
+
+def test_dynamic_batch_sizes(xnnpack_pte: Callable[[str], Path]) -> None:
+    model = ZOO["mlp_dynamic_batch"]
+    path = xnnpack_pte("mlp_dynamic_batch")
+    program = load(path)
+    module = model.module()
+    for batch in (1, 7, 8, 2):
+        x = torch.randn(batch, 12)
+        ours = program.run("forward", [x])
+        with torch.no_grad():
+            assert_close(ours, [module(x)], f"batch {batch} vs eager")
+        assert_close(ours, run_with_executorch_runtime(path.read_bytes(), (x,)),
+                     f"batch {batch} vs ExecuTorch")
+
+
+def test_exirc_run_command(xnnpack_pte: Callable[[str], Path], tmp_path: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    model = ZOO["conv_bn_relu_maxpool"]
+    (x,) = model.inputs()
+    inputs, target = tmp_path / "x.npy", tmp_path / "out.npz"
+    numpy.save(inputs, x.numpy())
+    code = main(["run", str(xnnpack_pte(model.name)), "-i", str(inputs), "-o", str(target)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.splitlines()[0] == "method forward: 1 input, 1 output"
+    with numpy.load(target) as saved:
+        assert_close([torch.from_numpy(saved["output_0"])], eager(model), "exirc run vs eager")
+
+
+def test_corrupted_payloads_fail_with_typed_errors(xnnpack_pte: Callable[[str], Path]) -> None:
+    """Bits flipped anywhere in a delegate payload: the backend either runs it or refuses
+    it with a typed error (at init a FormatError or UnsupportedOperatorError, in a call an
+    InputError), never anything else. (The loader would wrap any exception; this calls
+    the backend directly so that a stray one is seen.)"""
+    program = load(xnnpack_pte("mobilenet_block")).program
+    blob = bytes(payload(program, program.execution_plan[0].delegates[0]))
+    context = BackendInitContext(program, "fuzz")
+    backend = XnnpackBackend()
+    (x,) = ZOO["mobilenet_block"].inputs()
+    rng = random.Random(0)
+    outcomes = {"ran": 0, "refused": 0, "failed": 0}
+    for _ in range(400):
+        corrupt = bytearray(blob)
+        for _ in range(rng.randint(1, 3)):
+            corrupt[rng.randrange(len(blob))] ^= 1 << rng.randrange(8)
+        try:
+            handle = backend.init(bytes(corrupt), [], context)
+        except (FormatError, UnsupportedOperatorError):
+            outcomes["refused"] += 1
+            continue
+        outputs = [torch.zeros(e.dims) for e in handle.outputs]
+        try:
+            backend.execute(handle, [x, *outputs])
+            outcomes["ran"] += 1
+        except InputError:
+            outcomes["failed"] += 1
+    assert outcomes["refused"] > 0 and outcomes["ran"] > 0, outcomes
