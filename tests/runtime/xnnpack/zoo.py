@@ -110,6 +110,22 @@ class Activations(nn.Module):
         return torch.stack(parts).sum(0)
 
 
+class MoreOps(nn.Module):
+    """sin, cos, square (pow 2), PReLU per channel, two- and four-way cat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prelu = nn.PReLU(3, init=0.1)
+        with torch.no_grad():
+            self.prelu.weight.copy_(torch.tensor([0.1, -0.5, 2.0]))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.prelu(x)                                               # [1, 3, 4, 5]
+        two = torch.cat([torch.sin(y), torch.cos(y)], dim=1)            # [1, 6, 4, 5]
+        four = torch.cat([y, y ** 2, -y, y * 0.5], dim=3)               # [1, 3, 4, 20]
+        return two, four
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int = 16, heads: int = 2) -> None:
         super().__init__()
@@ -211,6 +227,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("tensor_ops", TensorOps, lambda: (torch.randn(2, 3, 4), torch.randn(2, 3, 4))),
     ZooModel("upsample_bilinear", Upsample, lambda: (torch.randn(1, 3, 5, 6),)),
     ZooModel("activations", Activations, lambda: (torch.randn(4, 7) * 2,)),
+    ZooModel("more_ops", MoreOps, lambda: (torch.randn(1, 3, 4, 5),)),
     ZooModel("attention", Attention, lambda: (torch.randn(2, 6, 16),)),
     ZooModel("tiny_vit", TinyViT, lambda: (torch.randn(2, 3, 16, 16),)),
     ZooModel("gpt2_tiny", _gpt2, _ids, needs="transformers"),
