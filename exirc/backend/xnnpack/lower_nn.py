@@ -1,0 +1,258 @@
+"""Emitters of the image operators XNNPACK runs on NHWC values: convolution
+(1-d, 2-d, depthwise, transposed), max and average pooling, and resizing.
+
+Their inputs are asked for in NHWC (the builder converts only values that
+are not NHWC yet) and their outputs are defined as NHWC, so a chain of them
+stays NHWC. A convolution whose only user is a batch norm of constants
+takes the batch norm into its filter and bias.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+from exirc.backend.xnnpack import layout as lay
+from exirc.backend.xnnpack.args import arg, as_float, as_int, as_node, pair
+from exirc.backend.xnnpack.builder import GraphBuilder, shape_of
+from exirc.backend.xnnpack.lower_elementwise import Emitter
+from exirc.backend.xnnpack.weights import (
+    ConvShape,
+    batch_norm_affine,
+    conv_filter,
+    fold_batch_norm,
+)
+from exirc.serialize.xnnpack import graph as G
+
+aten = torch.ops.aten
+NHWC = lay.channels_last(4)
+NLC = lay.channels_last(3)
+ALIGN_CORNERS = 0x8  # XNN_FLAG_ALIGN_CORNERS
+KEEP_DIMS = 0x40  # XNN_FLAG_KEEP_DIMS
+BATCH_NORM = aten._native_batch_norm_legit_no_training.default
+
+
+def folded_batch_norm(b: GraphBuilder, conv: Node) -> Node | None:
+    """The batch norm `conv`'s filter absorbs: its only user, with constant statistics."""
+    users = list(conv.users)
+    if len(users) != 1 or users[0].target != BATCH_NORM or users[0].args[0] is not conv:
+        return None
+    bn = users[0]
+    if not all(a is None or b.is_static(as_node(a)) for a in bn.args[1:5]):
+        return None
+    return bn
+
+
+def _statistics(b: GraphBuilder, bn: Node) -> tuple[Any, Any, Any, Any]:
+    """A batch norm's weight, bias, running mean and variance (None if absent)."""
+    weight, bias, mean, var = (None if a is None else b.static(as_node(a)) for a in bn.args[1:5])
+    return weight, bias, mean, var
+
+
+def emit_convolution(b: GraphBuilder, node: Node) -> None:
+    x, w, bias = as_node(node.args[0]), as_node(node.args[1]), node.args[2]
+    args: list[Any] = list(node.args[3:9])
+    stride, padding, dilation, transposed, out_pad, groups = args
+    weight = b.static(w)
+    assert weight is not None
+    bias_t = b.static(as_node(bias)) if bias is not None else None
+    conv = ConvShape.of(list(weight.shape), as_int(groups), bool(transposed))
+    bn = folded_batch_norm(b, node)
+    if bn is not None:
+        weight, bias_t = fold_batch_norm(weight, bias_t, conv, *_statistics(b, bn),
+                                         eps=as_float(bn.args[6]))
+        b.fused.add(bn)
+    one_d = weight.dim() == 3
+    if one_d:
+        # A 1-d convolution is a 2-d one of height 1: NLC read as N,1,L,C.
+        weight = weight.unsqueeze(2)
+        stride, padding, dilation, out_pad = ([1, *stride], [0, *padding],
+                                              [1, *dilation], [0, *out_pad])
+        n, c, length = shape_of(x)
+        source = b.reshape(b.get(x, NLC).id, [n, 1, length, c])
+    else:
+        source = b.get(x, NHWC).id
+    out_shape = shape_of(node)
+    dims = ([out_shape[0], 1, out_shape[2], out_shape[1]] if one_d
+            else lay.physical_shape(out_shape, NHWC))
+    out = b.value(dims)
+    pad, step, dil, adj = (pair(padding, 0), pair(stride, 1), pair(dilation, 1),
+                           pair(out_pad, 0))
+    kind = (G.NodeKind.DEPTHWISE_CONV2D if conv.depthwise else
+            G.NodeKind.CONV_TRANSPOSE2D if conv.transposed else G.NodeKind.CONV2D)
+    params = G.Conv(
+        padding_top=pad[0], padding_right=pad[1], padding_bottom=pad[0], padding_left=pad[1],
+        kernel_height=int(weight.shape[2]), kernel_width=int(weight.shape[3]),
+        subsampling_height=step[0], subsampling_width=step[1],
+        dilation_height=dil[0], dilation_width=dil[1],
+        group_input_channels=conv.group_input_channels,
+        group_output_channels=conv.group_output_channels, groups=conv.groups,
+        adjustment_height=adj[0] if conv.transposed else 0,
+        adjustment_width=adj[1] if conv.transposed else 0,
+        input1_id=source, filter_id=b.static_value(conv_filter(weight, conv)),
+        bias_id=G.INVALID_VALUE_ID if bias_t is None else b.static_value(bias_t),
+        output_id=out)
+    b.add_node(kind, params, owner=node)
+    if one_d:
+        b.define(node, b.reshape(out, lay.physical_shape(out_shape, NLC)), NLC)
+    else:
+        b.define(node, out, NHWC)
+
+
+def pool_padding(size: int, out: int, kernel: int, stride: int, pad: int,
+                 dilation: int = 1) -> int:
+    """Bottom/right padding giving XNNPACK's (floor) output size `out`: more
+    than `pad` in ceil mode, whose last window may start in the padding."""
+    needed = (out - 1) * stride + dilation * (kernel - 1) + 1 - size - pad
+    return max(pad, needed)
+
+
+def _pool(b: GraphBuilder, node: Node, kind: G.NodeKind, kernel: list[int],
+          stride: list[int], padding: list[int], dilation: Sequence[int]) -> None:
+    x = as_node(node.args[0])
+    in_shape, out_shape = shape_of(x), shape_of(node)
+    bottom = pool_padding(in_shape[2], out_shape[2], kernel[0], stride[0], padding[0], dilation[0])
+    right = pool_padding(in_shape[3], out_shape[3], kernel[1], stride[1], padding[1], dilation[1])
+    source = b.get(x, NHWC).id
+    out = b.value(lay.physical_shape(out_shape, NHWC))
+    b.add_node(kind, G.Pooling2D(padding[0], right, bottom, padding[1], kernel[0], kernel[1],
+                                 stride[0], stride[1], dilation[0], dilation[1], source, out),
+               owner=node)
+    b.define(node, out, NHWC)
+
+
+def _is_identity_pool(kernel: list[int], stride: list[int], padding: list[int]) -> bool:
+    return kernel == [1, 1] and stride == [1, 1] and padding == [0, 0]
+
+
+def emit_max_pool(b: GraphBuilder, node: Node) -> None:
+    kernel = pair(node.args[1], 1)
+    stride = pair(arg(node, 2, "stride"), 0) if arg(node, 2, "stride") else kernel
+    padding, dilation = pair(arg(node, 3, "padding"), 0), pair(arg(node, 4, "dilation"), 1)
+    if _is_identity_pool(kernel, stride, padding):
+        b.alias(node, as_node(node.args[0]))
+        return
+    _pool(b, node, G.NodeKind.MAX_POOLING_2D, kernel, stride, padding, dilation)
+
+
+def emit_avg_pool(b: GraphBuilder, node: Node) -> None:
+    kernel = pair(node.args[1], 1)
+    stride = pair(arg(node, 2, "stride"), 0) if arg(node, 2, "stride") else kernel
+    padding = pair(arg(node, 3, "padding"), 0)
+    count_include_pad = bool(arg(node, 5, "count_include_pad", True))
+    if _is_identity_pool(kernel, stride, padding):
+        b.alias(node, as_node(node.args[0]))
+        return
+    if count_include_pad and any(padding):
+        # XNNPACK leaves padding out of the average: pad with zeros first, so
+        # they count, as PyTorch's default does.
+        version = b.get(as_node(node.args[0]), NHWC)
+        padded = b.value([d + 2 * p if i in (1, 2) else d for i, (d, p) in enumerate(
+            zip(b.graph.values[version.id].dims, [0, padding[0], padding[1], 0]))])
+        b.add_node(G.NodeKind.STATIC_CONSTANT_PAD, G.StaticConstantPad(
+            [0, padding[0], padding[1], 0], [0, padding[0], padding[1], 0], 0.0,
+            version.id, padded))
+        out_shape = shape_of(node)
+        out = b.value(lay.physical_shape(out_shape, NHWC))
+        b.add_node(G.NodeKind.AVG_POOLING_2D, G.Pooling2D(
+            0, 0, 0, 0, kernel[0], kernel[1], stride[0], stride[1], 1, 1, padded, out),
+            owner=node)
+        b.define(node, out, NHWC)
+        return
+    _pool(b, node, G.NodeKind.AVG_POOLING_2D, kernel, stride, padding, [1, 1])
+
+
+def emit_adaptive_avg_pool(b: GraphBuilder, node: Node) -> None:
+    """Output sizes dividing the input's: an average pooling with kernel =
+    stride = input / output (support.py takes no others)."""
+    x = as_node(node.args[0])
+    in_shape, out_shape = shape_of(x), shape_of(node)
+    kernel = [in_shape[2] // out_shape[2], in_shape[3] // out_shape[3]]
+    if kernel == [1, 1]:
+        b.alias(node, x)
+        return
+    if out_shape[2:] == [1, 1]:
+        out = b.value(lay.physical_shape(out_shape, NHWC))
+        b.add_node(G.NodeKind.GLOBAL_AVG_POOLING_2D,
+                   G.Node1x1(b.get(x, NHWC).id, out, KEEP_DIMS), owner=node)
+        b.define(node, out, NHWC)
+        return
+    _pool(b, node, G.NodeKind.AVG_POOLING_2D, kernel, kernel, [0, 0], [1, 1])
+
+
+def emit_upsample_bilinear(b: GraphBuilder, node: Node) -> None:
+    x = as_node(node.args[0])
+    out_shape = shape_of(node)
+    source = b.get(x, NHWC).id
+    out = b.value(lay.physical_shape(out_shape, NHWC))
+    flags = ALIGN_CORNERS if bool(node.args[2]) else 0
+    b.add_node(G.NodeKind.STATIC_RESIZE_BILINEAR_2D,
+               G.StaticResizeBilinear2D(out_shape[2], out_shape[3], source, out, flags),
+               owner=node)
+    b.define(node, out, NHWC)
+
+
+def emit_upsample_nearest(b: GraphBuilder, node: Node) -> None:
+    """Nearest upsampling by whole factors, which XNNPACK has no operator for:
+    reshape so each pixel gets an axis of its own, multiply by ones that are
+    the factor long on those axes (broadcasting copies the pixel exactly),
+    reshape back. Works in whatever layout the input has."""
+    x = as_node(node.args[0])
+    in_shape, out_shape = shape_of(x), shape_of(node)
+    version = b.get(x)
+    factors = {2: out_shape[2] // in_shape[2], 3: out_shape[3] // in_shape[3]}
+    spread, ones = [], []
+    for dim in version.layout:
+        spread.append(in_shape[dim])
+        ones.append(1)
+        if dim in factors and factors[dim] > 1:
+            spread.append(1)
+            ones.append(factors[dim])
+    out_dims = lay.physical_shape(out_shape, version.layout)
+    wide = b.value([max(s, o) for s, o in zip(spread, ones)])
+    b.add_node(G.NodeKind.MULTIPLY, G.Node2x1(b.reshape(version.id, spread),
+                                              b.static_value(torch.ones(ones)), wide),
+               owner=node)
+    b.define(node, b.reshape(wide, out_dims), version.layout)
+
+
+def emit_batch_norm(b: GraphBuilder, node: Node) -> None:
+    """Folded into its convolution when it could be; else x * scale + shift
+    with per-channel constants, in the layout x has."""
+    x = as_node(node.args[0])
+    if node in b.fused:
+        b.alias(node, x)
+        return
+    scale, shift = batch_norm_affine(*_statistics(b, node), eps=as_float(node.args[6]))
+    rank = len(shape_of(x))
+    per_channel = [-1] + [1] * (rank - 2)
+    scaled_shape = shape_of(x)
+    version = b.get(x)
+    mid = b.value(lay.physical_shape(scaled_shape, version.layout))
+    b.add_node(G.NodeKind.MULTIPLY, G.Node2x1(
+        version.id, b.broadcast_operand(scale.to(torch.float32).reshape(per_channel),
+                                        version.layout), mid))
+    out = b.value(lay.physical_shape(scaled_shape, version.layout))
+    b.add_node(G.NodeKind.ADD, G.Node2x1(
+        mid, b.broadcast_operand(shift.to(torch.float32).reshape(per_channel), version.layout),
+        out), owner=node)
+    b.define(node, out, version.layout)
+
+
+EMITTERS: dict[object, Emitter] = {
+    aten.convolution.default: emit_convolution,
+    aten.max_pool2d.default: emit_max_pool,
+    aten.max_pool2d_with_indices.default: emit_max_pool,
+    aten.avg_pool2d.default: emit_avg_pool,
+    aten._adaptive_avg_pool2d.default: emit_adaptive_avg_pool,
+    aten.upsample_bilinear2d.vec: emit_upsample_bilinear,
+    aten.upsample_bilinear2d.default: emit_upsample_bilinear,
+    aten.upsample_nearest2d.vec: emit_upsample_nearest,
+    aten.upsample_nearest2d.default: emit_upsample_nearest,
+    aten._upsample_nearest_exact2d.vec: emit_upsample_nearest,
+    aten._upsample_nearest_exact2d.default: emit_upsample_nearest,
+    BATCH_NORM: emit_batch_norm,
+}

@@ -1,0 +1,98 @@
+"""XnnpackBackend: a partition -> the payload ExecuTorch's XnnpackBackend runs.
+
+`build_blob` walks the partition's nodes in order and has each one's
+emitter add XNNPACK values and nodes (`lower_*.py`); the builder keeps
+each tensor in the layouts it exists in so far, converting only where an
+operator needs another order. The delegate call passes the partition's
+runtime inputs, then its outputs: they become external values 0..n-1 and
+n..n+m-1, in that order, as ExecuTorch numbers them (its runtime reads
+argument `external_id` for each external value).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import Node
+from torch.fx.node import map_arg
+
+from exirc.backend.delegation.interface import DelegateSummary, PartitionGraph, PreprocessResult
+from exirc.backend.xnnpack import lower_elementwise, lower_linear, lower_nn, lower_norm, lower_shape
+from exirc.backend.xnnpack.builder import GraphBuilder
+from exirc.backend.xnnpack.compact import compact
+from exirc.backend.xnnpack.lower_elementwise import Emitter
+from exirc.errors import InternalError
+from exirc.serialize.xnnpack import graph as G
+from exirc.serialize.xnnpack.writer import serialize_blob
+
+BACKEND_ID = "XnnpackBackend"
+
+EMITTERS: dict[object, Emitter] = {
+    **lower_elementwise.EMITTERS,
+    **lower_shape.EMITTERS,
+    **lower_nn.EMITTERS,
+    **lower_linear.EMITTERS,
+    **lower_norm.EMITTERS,
+    operator.getitem: lower_shape.emit_getitem,
+}
+"""Each Edge operator XnnpackSupport takes, and what emits it."""
+
+
+class XnnpackBackend:
+    """Backend -> payload: a partition of Backend-dialect nodes (float32,
+    static shapes, as XnnpackSupport chose them) becomes an XNNPACK graph,
+    serialized with its weights in the program's named data."""
+
+    backend_id = BACKEND_ID
+
+    def preprocess(self, partition: PartitionGraph) -> PreprocessResult:
+        blob, builder = build_blob(partition)
+        summary = DelegateSummary(node_count=len(blob.graph.nodes),
+                                  op_kinds=builder.op_kinds(),
+                                  weight_bytes=builder.weight_bytes())
+        return PreprocessResult(serialize_blob(blob), named_data=builder.named_data,
+                                summary=summary)
+
+
+def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
+    """The XNNPACK graph of `partition`, and the builder (its weights, its counts)."""
+    b = GraphBuilder(dict(partition.constants))
+    inputs = partition.runtime_inputs
+    for external_id, placeholder in enumerate(inputs):
+        b.external_input(placeholder, external_id)
+    calls = [n for n in partition.graph_module.graph.nodes if n.op == "call_function"]
+    for handle, node in enumerate(calls, start=1):
+        if b.is_defined(node):
+            continue  # an earlier emitter did it (an unflattening view_copy of a linear)
+        b.debug_handle = handle
+        if _fold(b, node):
+            continue
+        emitter = EMITTERS.get(node.target)
+        if emitter is None:
+            raise InternalError(f"xnnpack: no lowering for {node.target} (node {node.name}); "
+                                "XnnpackSupport should not have taken it, please report")
+        emitter(b, node)
+    b.debug_handle = 0
+    outputs = partition.outputs
+    for position, result in enumerate(outputs):
+        b.mark_output(result, len(inputs) + position)
+    b.graph.num_externs = len(inputs) + len(outputs)
+    compact(b.graph, b.named_data)
+    return G.XnnpackBlob(b.graph), b
+
+
+def _fold(b: GraphBuilder, node: Node) -> bool:
+    """Compute at compile time a node whose tensor inputs are all constants
+    (Edge folds most; what is left, e.g. over its size limit, is folded here)."""
+    if node.target == operator.getitem or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    inputs = node.all_input_nodes
+    if not inputs or not all(b.is_static(i) for i in inputs):
+        return False
+    args, kwargs = map_arg((node.args, node.kwargs), lambda n: b.static(n))
+    result = node.target(*args, **kwargs)
+    if not isinstance(result, torch.Tensor):
+        return False
+    b.fold(node, result)
+    return True
