@@ -1,0 +1,104 @@
+"""XnnpackSupport: which Backend-dialect nodes ExecuTorch 1.5.1's XNNPACK
+delegate can run, and why the others cannot.
+
+The checks run in a fixed order, so a node gets the most basic reason:
+"op" (XNNPACK has no operator for it, and it cannot be built from ones it
+has), "dtype" (float32 only, for now), "shape" (shapes must be static,
+non-empty, of rank <= 6), then "constraint" (an argument XNNPACK's operator
+cannot take, from `support_rules`). A node it takes is one `serializer.py`
+has an emitter for; a test keeps the two tables in step.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from exirc.backend.delegation.interface import Rejection
+from exirc.backend.xnnpack.lower_shape import SPLITS
+from exirc.backend.xnnpack.support_nn import NN_RULES
+from exirc.backend.xnnpack.support_rules import RULES, Facts, Rule, op_name
+from exirc.edge.constants import constant_tensor
+
+BACKEND_ID = "XnnpackBackend"
+MAX_RANK = 6  # XNN_MAX_TENSOR_DIMS
+MULTI_OUTPUT = (torch.ops.aten._native_batch_norm_legit_no_training.default,
+                torch.ops.aten.max_pool2d_with_indices.default,
+                torch.ops.aten.native_layer_norm.default)
+ALL_RULES: dict[object, Rule] = {**RULES, **NN_RULES}
+"""Every Edge operator XnnpackSupport may take, with its constraints."""
+
+
+class XnnpackSupport:
+    """Backend-dialect node -> None (XNNPACK runs it) or a Rejection saying why not."""
+
+    backend_id = BACKEND_ID
+
+    def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
+        found = self._reason(node, Facts(lambda n: constant_tensor(program, n)))
+        return None if found is None else Rejection(node, found[0], found[1])
+
+    def _reason(self, node: Node, facts: Facts) -> tuple[str, str] | None:
+        if node.op != "call_function":
+            return "op", f"{node.op} nodes are not operators"
+        if node.target == operator.getitem:
+            return self._getitem(node, facts)
+        rule = ALL_RULES.get(node.target)
+        if rule is None:
+            return "op", f"XNNPACK has no operator for {op_name(node)}"
+        return (_dtype(node, facts) or _shape(node, facts) or rule(node, facts))
+
+    def _getitem(self, node: Node, facts: Facts) -> tuple[str, str] | None:
+        source = node.args[0]
+        if isinstance(source, Node) and source.target in SPLITS:
+            return self._reason(source, facts)
+        if not isinstance(source, Node) or source.target not in MULTI_OUTPUT:
+            return "op", "only getitems of splits, batch norm, max pooling or layer norm are taken"
+        if node.args[1] != 0:
+            return "constraint", (f"output {node.args[1]} of {op_name(source)} is used; "
+                                  "XNNPACK computes output 0 only")
+        return self._reason(source, facts)
+
+
+def _vals(node: Node) -> list[object]:
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        # Multi-output ops: output 0 is what XNNPACK computes (the others,
+        # e.g. max pooling's int64 indices, are checked to be unused).
+        return [val[0]] if node.target in MULTI_OUTPUT else list(val)
+    return [val]
+
+
+def _dtype(node: Node, facts: Facts) -> tuple[str, str] | None:
+    for val in _vals(node):
+        if isinstance(val, torch.Tensor) and val.dtype != torch.float32:
+            return "dtype", f"{op_name(node)} computes {val.dtype}; XNNPACK here runs float32 only"
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        # Constants of another dtype (an integer scalar made a tensor) are
+        # converted at compile time, as PyTorch converts them when computing.
+        if isinstance(val, torch.Tensor) and val.dtype != torch.float32 \
+                and not facts.is_constant(arg):
+            return "dtype", (f"input {arg.name} of {op_name(node)} is {val.dtype}; "
+                             "XNNPACK here runs float32 only")
+    return None
+
+
+def _shape(node: Node, facts: Facts) -> tuple[str, str] | None:
+    tensors = [(node.name, v) for v in _vals(node)]
+    tensors += [(a.name, a.meta.get("val")) for a in node.all_input_nodes
+                if not facts.is_constant(a)]
+    for name, val in tensors:
+        if not isinstance(val, torch.Tensor):
+            continue
+        if not all(isinstance(d, int) for d in val.shape):
+            return "shape", (f"{name} has a dynamic shape {list(val.shape)}; XNNPACK payloads "
+                             "are built for static shapes here")
+        if val.dim() > MAX_RANK:
+            return "shape", f"{name} has rank {val.dim()}; XNNPACK takes at most {MAX_RANK}"
+        if val.numel() == 0:
+            return "shape", f"{name} is empty {list(val.shape)}; XNNPACK takes no empty tensors"
+    return None
