@@ -24,7 +24,7 @@ def build_attention(ctx: NodeContext) -> Op:
     ctx.check_flags(p.flags)
     roles = [(p.query_id, "query"), (p.key_id, "key"), (p.value_id, "value"),
              (p.scale_id, "scale"), (p.mask_id, "mask"), (p.output_id, "output")]
-    ctx.float_dtype(roles)
+    ctx.require_float(roles)
     query, key, value = ctx.dims(p.query_id), ctx.dims(p.key_id), ctx.dims(p.value_id)
     if len(query) < 3:
         raise ctx.fail(f"its query has dims {query}; it needs at least 3 ([*, H, T, C])")

@@ -47,6 +47,11 @@ BUILDERS: dict[G.NodeKind, Builder] = {
 }
 """How each node kind becomes a closure."""
 
+NARROW = (torch.float16, torch.bfloat16)
+
+MOVES_DATA = frozenset({*shapes.BUILDERS, G.NodeKind.COPY, G.NodeKind.CONVERT})
+"""Kinds that only move data (or convert it exactly): never widened to float32."""
+
 EXTERNAL_TYPES = {**FLOAT_TYPES, G.Datatype.INT32: torch.int32}
 """The datatypes a delegate's arguments may have (quantized ones are internal)."""
 
@@ -149,16 +154,23 @@ def _build(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
            constants: dict[int, torch.Tensor], inputs: list[External], where: str
            ) -> tuple[list[Op], list[str], list[list[int]]]:
     defined = {slots[value_id][0] for value_id in constants} | {e.slot for e in inputs}
+    # Nodes compute in float32: fp16 and bf16 constants are converted once, here.
+    computed = {value_id: t.float() if t.dtype in NARROW else t
+                for value_id, t in constants.items()}
     ops, labels, written = [], [], []
     for i, node in enumerate(graph.nodes):
-        ctx = NodeContext(i, node, slots, defined, constants, f"{where}.nodes[{i}]")
+        ctx = NodeContext(i, node, slots, defined, computed, f"{where}.nodes[{i}]")
         builder = BUILDERS.get(node.kind)
         if builder is None:
             raise ctx.unsupported("exirc does not implement this node kind")
         expected = G.PARAMS_OF_KIND.get(node.kind)
         if expected is None or not isinstance(node.params, expected):
             raise ctx.fail(f"its parameters are a {type(node.params).__name__}")
-        ops.append(builder(ctx))
+        op = builder(ctx)
+        if ctx.narrow and node.kind not in MOVES_DATA:
+            op = _narrow(op, ctx.reads, [(slot, STORAGE_TYPES[graph.values[slot].datatype])
+                                         for slot in ctx.written])
+        ops.append(op)
         labels.append(ctx.label)
         written.append(ctx.written)
     for value_id in graph.output_ids:
@@ -166,6 +178,30 @@ def _build(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
             raise FormatError(f"external output {value_id} is never written by a node",
                               field=f"{where}.output_ids")
     return ops, labels, written
+
+
+def _narrow(op: Op, reads: list[int], writes: list[tuple[int, torch.dtype]]) -> Op:
+    """`op` (which computes in float32) on a node with fp16 or bf16 values: its inputs
+    are read as float32 and its outputs rounded to their own type.
+
+    XNNPACK's fp16 kernels also compute elementwise functions in float32; its
+    matrix kernels may round partial sums to fp16 along the way, so results can
+    differ from it in the last bits of fp16."""
+    reads = list(dict.fromkeys(reads))
+
+    def run(env: Env) -> None:
+        saved = [env[slot] for slot in reads]
+        for slot, value in zip(reads, saved):
+            if value.dtype in NARROW:
+                env[slot] = value.float()
+        try:
+            op(env)
+        finally:
+            for slot, value in zip(reads, saved):
+                env[slot] = value
+        for slot, dtype in writes:
+            env[slot] = env[slot].to(dtype)
+    return run
 
 
 def _check_shapes(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],

@@ -50,6 +50,8 @@ class NodeContext:
         self._constants = constants
         self.where = where
         self.written: list[int] = []  # slots this node writes, in order
+        self.reads: list[int] = []  # slots this node reads
+        self.narrow = False  # it touches fp16 or bf16 values
 
     # -- messages ------------------------------------------------------------
 
@@ -84,6 +86,7 @@ class NodeContext:
                             "define")
         if entry[0] not in self._defined:
             raise self.fail(f"reads value {value_id} ({role}) before any node writes it")
+        self.reads.append(entry[0])
         return entry[0]
 
     def write(self, value_id: int, role: str = "output") -> int:
@@ -104,7 +107,8 @@ class NodeContext:
         return slot
 
     def constant(self, value_id: int) -> torch.Tensor | None:
-        """The tensor of a constant value (resolved once, at init), or None."""
+        """The tensor of a constant value (resolved once, at init; fp16 and bf16
+        ones already in float32, the type nodes compute in), or None."""
         return self._constants.get(value_id)
 
     def dims(self, value_id: int) -> list[int]:
@@ -112,9 +116,13 @@ class NodeContext:
 
     # -- datatypes -----------------------------------------------------------
 
-    def float_dtype(self, ids: Iterable[tuple[int, str]]) -> torch.dtype:
-        """The one float datatype all of `ids` (value, role) share; anything else is refused."""
-        found: G.Datatype | None = None
+    def require_float(self, ids: Iterable[tuple[int, str]]) -> None:
+        """All of `ids` (value, role) must be float values; anything else is refused.
+
+        fp16 and bf16 values are computed in float32 and rounded to their own
+        type when written (see `compile._narrow`); mixing them with fp32 (fp32
+        weights in an fp16 graph, as ExecuTorch writes for convolutions) is fine.
+        """
         for value_id, role in ids:
             value = self.value(value_id, role)
             if value.datatype not in FLOAT_TYPES or value.quant is not None:
@@ -123,15 +131,7 @@ class NodeContext:
                     f"{datatype_name(value.datatype)}; quantized XNNPACK graphs are not "
                     "supported yet")
             if value.datatype != G.Datatype.FP32:
-                raise self.unsupported(
-                    f"its {role} (value {value_id}) has datatype "
-                    f"{datatype_name(value.datatype)}; only fp32 is supported yet")
-            if found is None:
-                found = value.datatype
-            elif value.datatype != found:
-                raise self.fail(f"mixes datatypes {datatype_name(found)} and "
-                                f"{datatype_name(value.datatype)} ({role})")
-        return FLOAT_TYPES[found or G.Datatype.FP32]
+                self.narrow = True
 
     def check_flags(self, flags: int, allowed: int = 0, names: str = "") -> None:
         """Refuse flags we do not implement (they would change the result)."""

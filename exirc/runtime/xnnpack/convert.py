@@ -1,8 +1,9 @@
 """Convert: a change of datatype.
 
-Between float datatypes it is a cast. Between float and quantized datatypes
+Between float datatypes it is a cast (fp32 to fp16 rounds to nearest even,
+as XNNPACK's does). Between float and quantized datatypes
 it is how XNNPACK graphs quantize their inputs and dequantize their outputs;
-those graphs are refused at init (see `NodeContext.float_dtype`), never
+those graphs are refused at init (see `NodeContext.require_float`), never
 run with a guessed arithmetic.
 """
 
@@ -17,9 +18,9 @@ def build_convert(ctx: NodeContext) -> Op:
     p = ctx.node.params
     assert isinstance(p, G.Node1x1)
     ctx.check_flags(p.flags)
-    ctx.float_dtype([(p.input_id, "input")])
-    dtype = ctx.float_dtype([(p.output_id, "output")])
+    ctx.require_float([(p.input_id, "input"), (p.output_id, "output")])
     source = FLOAT_TYPES[ctx.value(p.input_id, "input").datatype]
+    dtype = FLOAT_TYPES[ctx.value(p.output_id, "output").datatype]
     x = ctx.read(p.input_id, "input")
     out = ctx.write(p.output_id)
     if dtype == source:

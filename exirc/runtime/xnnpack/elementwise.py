@@ -84,7 +84,7 @@ def binary_op(fn: Fn, a: int, b: int, out: int, clamp: tuple[float, float] | Non
 def _unary_ids(ctx: NodeContext) -> tuple[int, int]:
     params = ctx.node.params
     assert isinstance(params, G.Node1x1)
-    ctx.float_dtype([(params.input_id, "input"), (params.output_id, "output")])
+    ctx.require_float([(params.input_id, "input"), (params.output_id, "output")])
     return ctx.read(params.input_id, "input"), ctx.write(params.output_id)
 
 
@@ -136,7 +136,7 @@ def build_elu(ctx: NodeContext) -> Op:
     params = ctx.node.params
     assert isinstance(params, G.ELU)
     ctx.check_flags(params.flags)
-    ctx.float_dtype([(params.input_id, "input"), (params.output_id, "output")])
+    ctx.require_float([(params.input_id, "input"), (params.output_id, "output")])
     alpha = _finite(ctx, params.alpha, "alpha")
     return unary_op(F.elu, ctx.read(params.input_id, "input"), ctx.write(params.output_id),
                     alpha=alpha)
@@ -146,7 +146,7 @@ def build_leaky_relu(ctx: NodeContext) -> Op:
     params = ctx.node.params
     assert isinstance(params, G.LeakyReLU)
     ctx.check_flags(params.flags)
-    ctx.float_dtype([(params.input_id, "input"), (params.output_id, "output")])
+    ctx.require_float([(params.input_id, "input"), (params.output_id, "output")])
     slope = _finite(ctx, params.negative_slope, "negative_slope")
     return unary_op(F.leaky_relu, ctx.read(params.input_id, "input"),
                     ctx.write(params.output_id), negative_slope=slope)
@@ -156,7 +156,7 @@ def build_binary(ctx: NodeContext) -> Op:
     params = ctx.node.params
     assert isinstance(params, G.Node2x1)
     ctx.check_flags(params.flags)
-    ctx.float_dtype([(params.input1_id, "input 1"), (params.input2_id, "input 2"),
+    ctx.require_float([(params.input1_id, "input 1"), (params.input2_id, "input 2"),
                      (params.output_id, "output")])
     a = ctx.read(params.input1_id, "input 1")
     b = ctx.read(params.input2_id, "input 2")
@@ -169,7 +169,7 @@ def build_prelu(ctx: NodeContext) -> Op:
     params = ctx.node.params
     assert isinstance(params, G.Node2x1)
     ctx.check_flags(params.flags)
-    ctx.float_dtype([(params.input1_id, "input"), (params.input2_id, "slope"),
+    ctx.require_float([(params.input1_id, "input"), (params.input2_id, "slope"),
                      (params.output_id, "output")])
     dims = ctx.dims(params.input1_id)
     slope_dims = ctx.dims(params.input2_id)

@@ -59,7 +59,7 @@ def build_fully_connected(ctx: NodeContext) -> Op:
     ids = [(p.input1_id, "input"), (p.filter_id, "filter"), (p.output_id, "output")]
     if p.bias_id != G.INVALID_VALUE_ID:
         ids.append((p.bias_id, "bias"))
-    ctx.float_dtype(ids)
+    ctx.require_float(ids)
     filter_dims = ctx.dims(p.filter_id)
     if len(filter_dims) != 2:
         raise ctx.fail(f"its filter has dims {filter_dims}, expected 2 dims")
@@ -120,7 +120,7 @@ def build_convolution(ctx: NodeContext) -> Op:
     ids = [(p.input1_id, "input"), (p.filter_id, "filter"), (p.output_id, "output")]
     if p.bias_id != G.INVALID_VALUE_ID:
         ids.append((p.bias_id, "bias"))
-    ctx.float_dtype(ids)
+    ctx.require_float(ids)
     kh, kw = p.kernel_height, p.kernel_width
     if ctx.kind == G.NodeKind.DEPTHWISE_CONV2D:
         # As ExecuTorch's runtime defines it: C = groups input channels,
@@ -190,7 +190,7 @@ def build_deconvolution(ctx: NodeContext) -> Op:
     ids = [(p.input1_id, "input"), (p.filter_id, "filter"), (p.output_id, "output")]
     if p.bias_id != G.INVALID_VALUE_ID:
         ids.append((p.bias_id, "bias"))
-    ctx.float_dtype(ids)
+    ctx.require_float(ids)
     groups, gin, gout = p.groups, p.group_input_channels, p.group_output_channels
     kh, kw = p.kernel_height, p.kernel_width
     _expect_dims(ctx, p.filter_id, "filter", [groups * gout, kh, kw, gin])
@@ -238,7 +238,7 @@ def build_batch_matrix_multiply(ctx: NodeContext) -> Op:
     p = ctx.node.params
     assert isinstance(p, G.Node2x1)
     ctx.check_flags(p.flags, FLAG_TRANSPOSE_WEIGHTS, "XNN_FLAG_TRANSPOSE_B")
-    ctx.float_dtype([(p.input1_id, "input 1"), (p.input2_id, "input 2"),
+    ctx.require_float([(p.input1_id, "input 1"), (p.input2_id, "input 2"),
                      (p.output_id, "output")])
     for value_id, role in ((p.input1_id, "input 1"), (p.input2_id, "input 2")):
         if len(ctx.dims(value_id)) < 2:

@@ -48,7 +48,7 @@ def build_max_pooling(ctx: NodeContext) -> Op:
     _positive(ctx, pooling_height=p.pooling_height, pooling_width=p.pooling_width,
               stride_height=p.stride_height, stride_width=p.stride_width,
               dilation_height=p.dilation_height, dilation_width=p.dilation_width)
-    ctx.float_dtype([(p.input_id, "input"), (p.output_id, "output")])
+    ctx.require_float([(p.input_id, "input"), (p.output_id, "output")])
     x = _nhwc_input(ctx, p.input_id)
     out = ctx.write(p.output_id)
     kernel = (p.pooling_height, p.pooling_width)
@@ -80,7 +80,7 @@ def build_average_pooling(ctx: NodeContext) -> Op:
     ctx.check_flags(p.flags, FLAG_KEEP_DIMS, "XNN_FLAG_KEEP_DIMS")
     _positive(ctx, pooling_height=p.pooling_height, pooling_width=p.pooling_width,
               stride_height=p.stride_height, stride_width=p.stride_width)
-    ctx.float_dtype([(p.input_id, "input"), (p.output_id, "output")])
+    ctx.require_float([(p.input_id, "input"), (p.output_id, "output")])
     x = _nhwc_input(ctx, p.input_id)
     out = ctx.write(p.output_id)
     kernel = (p.pooling_height, p.pooling_width)
@@ -111,7 +111,7 @@ def build_global_average_pooling(ctx: NodeContext) -> Op:
     p = ctx.node.params
     assert isinstance(p, G.Node1x1)
     ctx.check_flags(p.flags, FLAG_KEEP_DIMS, "XNN_FLAG_KEEP_DIMS")
-    ctx.float_dtype([(p.input_id, "input"), (p.output_id, "output")])
+    ctx.require_float([(p.input_id, "input"), (p.output_id, "output")])
     x = _nhwc_input(ctx, p.input_id)
     out = ctx.write(p.output_id)
     keep = bool(p.flags & FLAG_KEEP_DIMS)
@@ -128,7 +128,7 @@ def build_argmax_pooling(ctx: NodeContext) -> Op:
     assert isinstance(p, G.ArgMaxPooling2d)
     ctx.check_flags(p.flags)
     _positive(ctx, pooling_height=p.pooling_height, pooling_width=p.pooling_width)
-    ctx.float_dtype([(p.input_id, "input"), (p.output_value_id, "output")])
+    ctx.require_float([(p.input_id, "input"), (p.output_value_id, "output")])
     index_value = ctx.value(p.output_index_id, "index output")
     if index_value.datatype != G.Datatype.INT32 or index_value.quant is not None:
         raise ctx.unsupported("its index output is not int32")
@@ -178,7 +178,7 @@ def build_resize_bilinear(ctx: NodeContext) -> Op:
     assert isinstance(p, G.StaticResizeBilinear2D)
     ctx.check_flags(p.flags, FLAG_ALIGN_CORNERS, "XNN_FLAG_ALIGN_CORNERS")
     _positive(ctx, new_height=p.new_height, new_width=p.new_width)
-    ctx.float_dtype([(p.input_id, "input"), (p.output_id, "output")])
+    ctx.require_float([(p.input_id, "input"), (p.output_id, "output")])
     x = _nhwc_input(ctx, p.input_id)
     out = ctx.write(p.output_id)
     size = (p.new_height, p.new_width)

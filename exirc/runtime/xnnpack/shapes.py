@@ -36,7 +36,7 @@ def _same_type(ctx: NodeContext, ids: list[tuple[int, str]]) -> None:
         if value.datatype != first.datatype or value.quant != first.quant:
             raise ctx.fail(f"its {ids[0][1]} is {datatype_name(first.datatype)} and its {role} "
                            f"{datatype_name(value.datatype)} (or their quantization differs)")
-    ctx.float_dtype(ids)
+    ctx.require_float(ids)
 
 
 def _rank(ctx: NodeContext, value_id: int, num_dims: int, what: str) -> list[int]:

@@ -26,10 +26,12 @@ from exirc.runtime.delegates import BackendInitContext, payload
 from exirc.runtime.xnnpack import XnnpackBackend
 from tests.oracle import requires_executorch
 from tests.runtime.xnnpack.zoo import (
+    HALF_MODELS,
     ZOO,
     ZooModel,
     eager,
     executorch_xnnpack_pte,
+    half_inputs,
     run_with_executorch_runtime,
 )
 
@@ -39,17 +41,18 @@ RTOL, ATOL = 1e-3, 1e-4
 
 
 @pytest.fixture(scope="session")
-def xnnpack_pte(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """`xnnpack_pte(name)`: the zoo model lowered by ExecuTorch, as a file (made once)."""
+def xnnpack_pte(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """`xnnpack_pte(name, half=False)`: the zoo model lowered by ExecuTorch, as a file
+    (made once)."""
     directory = tmp_path_factory.mktemp("xnnpack")
 
     @functools.cache
-    def make(name: str) -> Path:
+    def make(name: str, half: bool = False) -> Path:
         model = ZOO[name]
         if model.needs and importlib.util.find_spec(model.needs) is None:
             pytest.skip(f"needs {model.needs}")
-        path = directory / f"{name}.pte"
-        path.write_bytes(executorch_xnnpack_pte(model))
+        path = directory / f"{name}{'_fp16' if half else ''}.pte"
+        path.write_bytes(executorch_xnnpack_pte(model, half))
         return path
     return make
 
@@ -68,7 +71,7 @@ def xnnpack_delegates(program: object) -> int:
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_model_matches_executorch_and_eager(name: str,
-                                                xnnpack_pte: Callable[[str], Path]) -> None:
+                                                xnnpack_pte: Callable[..., Path]) -> None:
     model: ZooModel = ZOO[name]
     path = xnnpack_pte(name)
     program = load(path)
@@ -81,7 +84,23 @@ def test_zoo_model_matches_executorch_and_eager(name: str,
     assert_close(program.run("forward", list(inputs)), ours, f"{name}, second run")
 
 
-def test_dynamic_batch_sizes(xnnpack_pte: Callable[[str], Path]) -> None:
+@pytest.mark.parametrize("name", HALF_MODELS)
+def test_fp16_zoo_model_matches_executorch(name: str, xnnpack_pte: Callable[..., Path]) -> None:
+    """fp16 graphs: within two fp16 ulps of ExecuTorch's XNNPACK (whose matrix kernels may
+    round partial sums to fp16), and near the float32 model."""
+    model = ZOO[name]
+    path = xnnpack_pte(name, half=True)
+    inputs = half_inputs(model)
+    ours = load(path).run("forward", list(inputs))
+    theirs = run_with_executorch_runtime(path.read_bytes(), inputs)
+    assert len(ours) == len(theirs)
+    for a, b, reference in zip(ours, theirs, eager(model)):
+        assert a.dtype == b.dtype == torch.float16 and a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
+        torch.testing.assert_close(a.float(), reference, rtol=5e-2, atol=5e-2)
+
+
+def test_dynamic_batch_sizes(xnnpack_pte: Callable[..., Path]) -> None:
     model = ZOO["mlp_dynamic_batch"]
     path = xnnpack_pte("mlp_dynamic_batch")
     program = load(path)
@@ -95,7 +114,7 @@ def test_dynamic_batch_sizes(xnnpack_pte: Callable[[str], Path]) -> None:
                      f"batch {batch} vs ExecuTorch")
 
 
-def test_exirc_run_command(xnnpack_pte: Callable[[str], Path], tmp_path: Path,
+def test_exirc_run_command(xnnpack_pte: Callable[..., Path], tmp_path: Path,
                            capsys: pytest.CaptureFixture[str]) -> None:
     model = ZOO["conv_bn_relu_maxpool"]
     (x,) = model.inputs()
@@ -109,7 +128,7 @@ def test_exirc_run_command(xnnpack_pte: Callable[[str], Path], tmp_path: Path,
         assert_close([torch.from_numpy(saved["output_0"])], eager(model), "exirc run vs eager")
 
 
-def test_corrupted_payloads_fail_with_typed_errors(xnnpack_pte: Callable[[str], Path]) -> None:
+def test_corrupted_payloads_fail_with_typed_errors(xnnpack_pte: Callable[..., Path]) -> None:
     """Bits flipped anywhere in a delegate payload: the backend either runs it or refuses
     it with a typed error (at init a FormatError or UnsupportedOperatorError, in a call an
     InputError), never anything else. (The loader would wrap any exception; this calls

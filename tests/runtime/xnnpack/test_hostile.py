@@ -176,13 +176,6 @@ def test_quantized_graphs_are_refused_naming_kind_and_datatype() -> None:
     refused(g, UnsupportedOperatorError, r"node 0 \(convert\).*qint8")
 
 
-def test_fp16_is_refused() -> None:
-    g = GraphBuilder()
-    a, c = g.input([4], G.Datatype.FP16), g.output([4], G.Datatype.FP16)
-    g.node(K.ABS, G.Node1x1(a, c))
-    refused(g, UnsupportedOperatorError, r"node 0 \(abs\).*fp16")
-
-
 def test_external_ids_must_number_the_arguments() -> None:
     g = GraphBuilder()
     a, c = g.input([2]), g.output([2])

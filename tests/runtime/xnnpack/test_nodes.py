@@ -356,3 +356,30 @@ def test_scaled_dot_product_attention(multi_query: bool) -> None:
     si, mi, out = g.constant(scale), g.constant(mask), g.output([2, 3, 4, 6])
     g.node(K.SCALED_DOT_PRODUCT_ATTENTION, G.ScaledDotProductAttention(qi, ki, vi, si, mi, out))
     close(g.run(q, k, v)[0], expected)
+
+
+def test_fp16_values_compute_in_float32_and_round_once() -> None:
+    """An fp16 graph with fp32 weights (as ExecuTorch writes convolutions): each node
+    computes in float32 and rounds its output to fp16."""
+    x, w, b = torch.randn(3, 8).half(), torch.randn(4, 8), torch.randn(4)
+    g = GraphBuilder()
+    a = g.input([3, 8], G.Datatype.FP16)
+    f, bias = g.constant(w), g.constant(b.half())
+    h = g.value([3, 4], G.Datatype.FP16)
+    out = g.output([3, 4], G.Datatype.FP16)
+    g.node(K.FULLY_CONNECTED, G.FullyConnected(a, f, bias, h))
+    g.node(K.SIGMOID, G.Node1x1(h, out))
+    hidden = F.linear(x.float(), w, b.half().float()).half()
+    expected = torch.sigmoid(hidden.float()).half()
+    ours = g.run(x)[0]
+    assert ours.dtype == torch.float16
+    assert torch.equal(ours, expected)
+
+
+def test_convert_between_float_types() -> None:
+    x = torch.randn(5) * 100
+    g = GraphBuilder()
+    a, h, out = g.input([5]), g.value([5], G.Datatype.FP16), g.output([5])
+    g.node(K.CONVERT, G.Node1x1(a, h))
+    g.node(K.CONVERT, G.Node1x1(h, out))
+    assert torch.equal(g.run(x)[0], x.half().float())

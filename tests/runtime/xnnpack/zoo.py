@@ -235,15 +235,24 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
 ]}
 
 
-def executorch_xnnpack_pte(model: ZooModel) -> bytes:
-    """The model lowered to XNNPACK by ExecuTorch, as `.pte` bytes."""
+HALF_MODELS = ["mlp", "conv_bn_relu_maxpool", "mobilenet_block", "attention", "activations"]
+"""Zoo models also lowered in fp16 (ExecuTorch keeps convolution weights fp32)."""
+
+
+def half_inputs(model: ZooModel) -> tuple[torch.Tensor, ...]:
+    return tuple(t.half() for t in model.inputs())
+
+
+def executorch_xnnpack_pte(model: ZooModel, half: bool = False) -> bytes:
+    """The model lowered to XNNPACK by ExecuTorch, as `.pte` bytes (in fp16 if `half`)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     dynamic = model.dynamic_shapes() if model.dynamic_shapes else None
+    module = model.module().half() if half else model.module()
+    inputs = half_inputs(model) if half else model.inputs()
     with torch.no_grad():
-        exported = torch.export.export(model.module(), model.inputs(), dynamic_shapes=dynamic,
-                                       strict=False)
+        exported = torch.export.export(module, inputs, dynamic_shapes=dynamic, strict=False)
     edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     return bytes(edge.to_executorch().buffer)
 
