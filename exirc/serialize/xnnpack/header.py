@@ -33,8 +33,8 @@ from exirc.errors import FormatError
 
 HEADER_MAGIC = b"XH00"
 HEADER_LENGTH = 30
-# The FlatBuffer's file identifier; payloads from before the constant region
-# carry LEGACY_FILE_IDENTIFIER, with the same table layout.
+# The FlatBuffer's file identifier; older payloads carry LEGACY_FILE_IDENTIFIER,
+# with the same table layout.
 FILE_IDENTIFIER = b"XN01"
 LEGACY_FILE_IDENTIFIER = b"XN00"
 FILE_IDENTIFIERS = (FILE_IDENTIFIER, LEGACY_FILE_IDENTIFIER)
