@@ -88,9 +88,9 @@ def _dtype(node: Node, facts: Facts) -> tuple[str, str] | None:
 
 
 def _shape(node: Node, facts: Facts) -> tuple[str, str] | None:
-    tensors = [(node.name, v) for v in _vals(node)]
-    tensors += [(a.name, a.meta.get("val")) for a in node.all_input_nodes
-                if not facts.is_constant(a)]
+    tensors = [(f"input {a.name}", a.meta.get("val")) for a in node.all_input_nodes
+               if not facts.is_constant(a)]
+    tensors += [("its result", v) for v in _vals(node)]
     for name, val in tensors:
         if not isinstance(val, torch.Tensor):
             continue

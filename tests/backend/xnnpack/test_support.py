@@ -1,0 +1,150 @@
+"""XnnpackSupport: what it takes, and the reason it gives for each node it leaves out."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from exirc.backend.xnnpack.serializer import EMITTERS
+from exirc.backend.xnnpack.support import ALL_RULES, XnnpackSupport
+from tests.backend.xnnpack.harness import backend_program
+
+
+def decisions(model: torch.nn.Module, *inputs: Any, **export: Any) -> dict[str, Any]:
+    """Node name -> None (taken) or (category, reason), for the Backend-dialect graph."""
+    program = backend_program(model, inputs, **export)
+    support = XnnpackSupport()
+    found: dict[str, Any] = {}
+    for node in program.graph_module.graph.nodes:
+        if node.op == "call_function":
+            rejection = support.check(node, program)
+            found[node.name] = None if rejection is None else (rejection.category, rejection.reason)
+    return found
+
+
+class Lambda(torch.nn.Module):
+    def __init__(self, fn: Any, **params: torch.Tensor) -> None:
+        super().__init__()
+        self.fn = fn
+        for name, value in params.items():
+            self.register_parameter(name, torch.nn.Parameter(value))
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(self, *args)
+
+
+def only(found: dict[str, Any], prefix: str) -> Any:
+    matches = [v for k, v in found.items() if k.startswith(prefix)]
+    assert len(matches) == 1, found
+    return matches[0]
+
+
+def test_every_operator_it_takes_has_an_emitter() -> None:
+    assert set(ALL_RULES) | {operator.getitem} == set(EMITTERS)
+
+
+def test_a_conv_bn_relu_block_is_taken_whole() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+    assert set(decisions(model, torch.randn(1, 3, 10, 10)).values()) == {None}
+
+
+def test_run_time_convolution_weights_are_a_constraint() -> None:
+    found = decisions(Lambda(lambda m, x, w: F.conv2d(x, w)),
+                      torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3))
+    assert only(found, "convolution") == (
+        "constraint", "convolution weight computed at run time; XNNPACK packs constant "
+                      "filters only")
+
+
+def test_integer_tensors_are_a_dtype_rejection() -> None:
+    found = decisions(Lambda(lambda m, x: x * 3), torch.arange(6))
+    assert only(found, "mul") == (
+        "dtype", "aten.mul.Tensor computes torch.int64; XNNPACK here runs float32 only")
+
+
+def test_integer_constants_of_float_ops_are_converted_not_rejected() -> None:
+    found = decisions(Lambda(lambda m, x: x + 1), torch.randn(4))
+    assert only(found, "add") is None
+
+
+def test_dynamic_shapes_are_a_shape_rejection() -> None:
+    batch = torch.export.Dim("batch", min=2, max=16)
+    found = decisions(torch.nn.ReLU(), torch.randn(4, 3), dynamic_shapes=({0: batch},))
+    category, reason = only(found, "relu")
+    assert category == "shape"
+    assert reason.startswith("input input has a dynamic shape [s")
+    assert reason.endswith(", 3]; XNNPACK payloads are built for static shapes here")
+
+
+def test_rank_beyond_six_is_a_shape_rejection() -> None:
+    found = decisions(Lambda(lambda m, x: x.exp()), torch.randn([1] * 7))
+    assert only(found, "exp") == ("shape", "input args_0 has rank 7; XNNPACK takes at most 6")
+
+
+def test_operators_without_an_xnnpack_operator() -> None:
+    found = decisions(Lambda(lambda m, x: torch.where(x > 0, x, 0.0)), torch.randn(4))
+    assert only(found, "where") == ("op", "XNNPACK has no operator for aten.where.self")
+
+
+@pytest.mark.parametrize(("fn", "node", "reason"), [
+    (lambda m, x: x[:, ::2], "slice",
+     "slice with step 2; XNNPACK's static slice takes step 1 only"),
+    (lambda m, x: F.gelu(x, approximate="tanh"), "gelu",
+     "gelu approximate='tanh'; XNNPACK's gelu is the exact one"),
+    (lambda m, x: x ** 3, "pow",
+     "pow with exponent 3; XNNPACK has operators for exponents 2, 0.5, -0.5 (and 1, -1) only"),
+    (lambda m, x: F.pad(x, (-1, 0)), "constant_pad",
+     "negative padding [-1, 0] (cropping); XNNPACK pads only"),
+])
+def test_argument_constraints(fn: Any, node: str, reason: str) -> None:
+    assert only(decisions(Lambda(fn), torch.randn(2, 6)), node) == ("constraint", reason)
+
+
+@pytest.mark.parametrize(("fn", "node", "reason"), [
+    (lambda m, x: F.avg_pool2d(x, 2, ceil_mode=True), "avg_pool2d",
+     "avg_pool2d ceil_mode with a partial last window; XNNPACK averages whole windows only"),
+    (lambda m, x: F.max_pool2d(x, 1, 2), "max_pool2d",
+     "aten.max_pool2d_with_indices.default with a 1x1 window and stride [2, 2]; XNNPACK "
+     "pools windows larger than 1x1"),
+    (lambda m, x: F.max_pool2d(x, 2, 3), "max_pool2d",
+     "aten.max_pool2d_with_indices.default stride [3, 3] larger than its window [2, 2]; "
+     "XNNPACK requires stride <= window"),
+    (lambda m, x: F.interpolate(x, scale_factor=1.5, mode="nearest"), "upsample_nearest2d",
+     "nearest resize [5, 5] -> [7, 7] by a fractional factor; taken for whole factors only"),
+    (lambda m, x: F.adaptive_avg_pool2d(x, 2), "_adaptive_avg_pool2d",
+     "adaptive average pooling [5, 5] -> [2, 2] with windows of different sizes; taken "
+     "when the output divides the input"),
+])
+def test_image_operator_constraints(fn: Any, node: str, reason: str) -> None:
+    assert only(decisions(Lambda(fn), torch.randn(1, 2, 5, 5)), node) == ("constraint", reason)
+
+
+def test_used_max_pool_indices_are_a_constraint() -> None:
+    found = decisions(Lambda(lambda m, x: F.max_pool2d(x, 2, return_indices=True)),
+                      torch.randn(1, 2, 4, 4))
+    assert found["max_pool2d_with_indices"] == found["getitem"] == (
+        "constraint", "getitem_1 uses an output of aten.max_pool2d_with_indices.default "
+                      "other than the first; XNNPACK computes only the first")
+    assert found["getitem_1"] == (
+        "constraint", "output 1 of aten.max_pool2d_with_indices.default is used; XNNPACK "
+                      "computes output 0 only")
+
+
+def test_three_d_convolution_is_a_constraint() -> None:
+    found = decisions(torch.nn.Conv3d(2, 2, 1), torch.randn(1, 2, 3, 3, 3))
+    assert only(found, "convolution") == (
+        "constraint", "3-d convolution; XNNPACK has 2-d ones (1-d go through them)")
+
+
+def test_what_it_takes_beyond_executorchs_partitioner() -> None:
+    # Softmax over any dim, mean over any dims, layer norm, nearest resize by
+    # whole factors, select and expand: built from XNNPACK operators.
+    model = Lambda(lambda m, x: (torch.softmax(x, 1), x.mean(1), F.layer_norm(x, [5]),
+                                 F.interpolate(x, scale_factor=2.0), x.select(1, 0),
+                                 x.expand(2, 3, 5, 5), x.unbind(1)[2]))
+    assert set(decisions(model, torch.randn(1, 3, 5, 5)).values()) == {None}
