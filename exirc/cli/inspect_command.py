@@ -74,8 +74,9 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
     if "summary" in views:
         texts.append(render_summary(info, bold))
     if "instructions" in views:
-        texts.append(render_instructions(program_file.program.execution_plan, bold,
-                                         program_shapes(program_file.program)))
+        program = program_file.program
+        texts.append(render_instructions(program.execution_plan, bold,
+                                         program_shapes(program), program))
     if memory is not None and "memory" in views:
         texts.append(render_memory(memory, bold))
     if size is not None:

@@ -9,8 +9,17 @@ renaming or removing one is a new version.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from exirc.inspector.delegates import (
+    Payload,
+    describe_delegate,
+    named_key_users,
+    plan_payloads,
+    program_payloads,
+    weight_segments,
+)
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
 from exirc.serialize import ProgramFile, symbolic_shapes
 from exirc.serialize import program as P
@@ -31,6 +40,9 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
     program = pf.program
     roles = segment_roles(program)
     shapes = program_shapes(program)
+    payloads = program_payloads(program)
+    readers = weight_segments(program, payloads)
+    key_users = named_key_users(payloads)
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -46,13 +58,17 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
                 "segment_data_size": pf.header.segment_data_size,
             },
             "segments": [
-                {"index": i, "offset": start, "size": size, "role": roles.get(i, "unused")}
+                {"index": i, "offset": start, "size": size, "role": roles.get(i, "unused"),
+                 # Named data a delegate's payload reads: the delegate's weights.
+                 "weights_of": [{"method": p.method, "delegate": p.index}
+                                for p in readers.get(i, [])]}
                 for i, (start, size) in enumerate(pf.segment_spans)
             ],
         },
-        "size": size_breakdown(pf, roles),
+        "size": size_breakdown(pf, roles, set(readers)),
         "constants": constants_summary(program),
-        "methods": [describe_plan(program, plan, shapes.get(plan.name))
+        "methods": [describe_plan(program, plan, shapes.get(plan.name),
+                                  [p for p in payloads if p.method == plan.name], key_users)
                     for plan in program.execution_plan],
         "bundled_cases": bundled_cases(program),
     }
@@ -79,8 +95,11 @@ def segment_roles(program: P.Program) -> dict[int, str]:
     return roles
 
 
-def size_breakdown(pf: ProgramFile, roles: dict[int, str]) -> dict[str, int]:
-    """Every byte of the file in exactly one bucket."""
+def size_breakdown(pf: ProgramFile, roles: dict[int, str],
+                   delegate_weights: Collection[int] = ()) -> dict[str, int]:
+    """Every byte of the file in exactly one bucket. Named data that delegates
+    read (`delegate_weights`, segment indices) is delegate data: the payload
+    keeps its weights there so that delegates sharing one store it once."""
     program = pf.program
     inline_constants = sum(len(b.storage) for b in program.constant_buffer)
     inline_delegate = sum(len(d.data) for d in program.backend_delegate_data)
@@ -94,7 +113,7 @@ def size_breakdown(pf: ProgramFile, roles: dict[int, str]) -> dict[str, int]:
         role = roles.get(i, "unused")
         if role == "constants":
             buckets["constants"] += size
-        elif role.startswith("delegate:"):
+        elif role.startswith("delegate:") or (role == "named_data" and i in delegate_weights):
             buckets["delegate_data"] += size
         else:
             buckets["other_segments"] += size
@@ -120,9 +139,14 @@ def constants_summary(program: P.Program) -> dict[str, int]:
 
 
 def describe_plan(program: P.Program, plan: P.ExecutionPlan,
-                  shapes: MethodShapes | None = None) -> dict[str, Any]:
+                  shapes: MethodShapes | None = None, payloads: list[Payload] | None = None,
+                  key_users: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """One method; `payloads` are its delegates' (read here if not given),
+    `key_users` how many delegates of the program read each named weight."""
+    if payloads is None:
+        payloads = plan_payloads(program, plan)
     calls: Counter[int] = Counter()
-    context = ListingContext.of(plan, shapes)
+    context = ListingContext.of(plan, shapes, payloads)
     instructions = []
     for c, chain in enumerate(plan.chains):
         for i, instr in enumerate(chain.instructions):
@@ -161,17 +185,7 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
                                    if isinstance(v, P.Tensor) and v.allocation_info),
         },
         "state": state_entries(plan),
-        "delegates": [
-            {
-                "index": i,
-                "id": d.id,
-                "location": d.processed.location.name.lower(),
-                "data_index": d.processed.index,
-                "bytes": delegate_bytes(program, d),
-                "compile_specs": [s.key for s in d.compile_specs],
-            }
-            for i, d in enumerate(plan.delegates)
-        ],
+        "delegates": [describe_delegate(program, p, key_users) for p in payloads],
         "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
         "instructions": instructions,
     }
@@ -211,10 +225,3 @@ def io_entry(plan: P.ExecutionPlan, index: int,
         if shapes is not None and index in shapes.values:
             entry["dims"] = shapes.values[index]  # sizes, or expressions over symbols
     return entry
-
-
-def delegate_bytes(program: P.Program, delegate: P.BackendDelegate) -> int:
-    ref = delegate.processed
-    if ref.location == P.DataLocation.INLINE:
-        return len(program.backend_delegate_data[ref.index].data)
-    return len(program.segments[ref.index].data)

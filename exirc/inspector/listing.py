@@ -22,10 +22,11 @@ and the branches and loop bodies it delimits are indented:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from exirc.inspector.delegates import Payload, call_note
 from exirc.serialize import program as P
 from exirc.serialize.symbolic_shapes import MethodShapes
 
@@ -135,7 +136,9 @@ def instruction_text(plan: P.ExecutionPlan, instr: P.Instruction,
     if isinstance(instr, P.DelegateCall):
         name = plan.delegates[instr.delegate_index].id
         operands = ", ".join(f"%{i}" for i in instr.args)
-        return f"delegate[{instr.delegate_index}] {name}({operands})"
+        text = f"delegate[{instr.delegate_index}] {name}({operands})"
+        note = context.delegate_notes.get(instr.delegate_index) if context is not None else None
+        return f"{text} {{{note}}}" if note else text
     if isinstance(instr, P.MoveCall):
         return f"%{instr.move_to} = move %{instr.move_from}"
     if isinstance(instr, P.JumpFalseCall):
@@ -159,10 +162,15 @@ class ListingContext:
 
     written: frozenset[int] = frozenset()
     shapes: MethodShapes | None = None
+    # Delegate index -> what its call line says about the payload (node count).
+    delegate_notes: dict[int, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, plan: P.ExecutionPlan, shapes: MethodShapes | None = None) -> ListingContext:
-        return cls(written_scalars(plan), shapes)
+    def of(cls, plan: P.ExecutionPlan, shapes: MethodShapes | None = None,
+           payloads: Sequence[Payload] = ()) -> ListingContext:
+        """`payloads`: the plan's delegates' (`delegates.plan_payloads`), if read."""
+        notes = {p.index: note for p in payloads if (note := call_note(p)) is not None}
+        return cls(written_scalars(plan), shapes, notes)
 
     def dims(self, value: int) -> list[str] | None:
         return self.shapes.describe_dims(value) if self.shapes is not None else None
@@ -229,9 +237,10 @@ def source_of(frames: list[P.Frame]) -> dict[str, Any] | None:
             "code": frame.context}
 
 
-def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None) -> list[str]:
+def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None,
+                  payloads: Sequence[Payload] = ()) -> list[str]:
     lines = []
-    context = ListingContext.of(plan, shapes)
+    context = ListingContext.of(plan, shapes, payloads)
     width = len(str(max((len(c.instructions) for c in plan.chains), default=1)))
     for c, chain in enumerate(plan.chains):
         ins = ", ".join(f"%{i}" for i in chain.inputs)

@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from exirc.inspector.delegates import counts_text, plan_payloads
 from exirc.inspector.listing import listing_lines
-from exirc.serialize.program import ExecutionPlan
+from exirc.serialize.program import ExecutionPlan, Program
 from exirc.serialize.symbolic_shapes import MethodShapes
 
 _MAX_ROWS = 12
+# Lines of delegate details a method shows before the rest are cut.
+_MAX_DELEGATE_LINES = 16
 
 Style = Callable[[str], str]
 
@@ -64,9 +67,9 @@ def render_summary(info: dict[str, Any], bold: Style) -> str:
                      f"({human_bytes(header['segment_data_size'])})")
     else:
         lines.append("  header: none (no extended header; no segments)")
-    for s in f["segments"]:
-        lines.append(f"  segment {s['index']}: {human_bytes(s['size'])} at offset "
-                     f"{s['offset']} ({s['role']})")
+    lines.extend(_cut([f"  segment {s['index']}: {human_bytes(s['size'])} at offset "
+                       f"{s['offset']} ({clean(s['role'])}{_weights_of(s)})"
+                       for s in f["segments"]], "  "))
     for method in info["methods"]:
         lines.append("")
         lines.extend(_render_method(method, bold))
@@ -116,11 +119,66 @@ def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
                            for s in m["state"]], "    "))
     if m["delegates"]:
         lines.append(f"  delegates ({len(m['delegates'])}):")
-        lines.extend(_cut([f"    [{d['index']}] {clean(d['id'])}: {human_bytes(d['bytes'])} "
-                           f"({d['location']})" for d in m["delegates"]], "    "))
+        shown = 0
+        for d in m["delegates"]:
+            block = _render_delegate(d)
+            if shown and shown + len(block) > _MAX_DELEGATE_LINES:
+                lines.append(f"    ... {len(m['delegates']) - d['index']} more (see --json)")
+                break
+            lines.extend(block)
+            shown += len(block)
     else:
         lines.append("  delegates: none")
     return lines
+
+
+def _weights_of(segment: dict[str, Any]) -> str:
+    readers = segment.get("weights_of") or []
+    if not readers:
+        return ""
+    return ": weights of " + ", ".join(f"{clean(r['method'])} delegate[{r['delegate']}]"
+                                       for r in readers)
+
+
+def _render_delegate(d: dict[str, Any]) -> list[str]:
+    """A delegate's lines: its payload, and for XNNPACK what the graph holds."""
+    head = (f"    [{d['index']}] {clean(d['id'])}: {human_bytes(d['bytes'])} "
+            f"({d['location']} {d['data_index']})")
+    if d["compile_specs"]:
+        head += ", compile specs: " + ", ".join(clean(k) for k in d["compile_specs"])
+    lines = [head]
+    if d.get("payload_error") is not None:
+        lines.append(f"        unreadable XNNPACK payload: {clean(d['payload_error'])}")
+    x = d.get("xnnpack")
+    if x is None:
+        return lines
+    fused = x["fused_activations"]
+    lines.append(f"        {plural(x['nodes'], 'XNNPACK node')}: {counts_text(x['node_kinds'])}"
+                 + (f" ({fused} with a fused activation)" if fused else ""))
+    v = x["values"]
+    parts = [plural(v["inputs"], "input"), plural(v["outputs"], "output"),
+             plural(v["constants"], "constant"), f"{v['internal']} internal"]
+    lines.append(f"        {plural(v['count'], 'value')}: {', '.join(parts)}; datatypes: "
+                 f"{counts_text(x['datatypes'])}")
+    lines.append(f"        weights: {_weights_text(x['weights'])}")
+    return lines
+
+
+def _weights_text(w: dict[str, Any]) -> str:
+    if not w["count"]:
+        return "none"
+    named, inside = w["named_data_bytes"], w["payload_bytes"]
+    if named and inside:
+        where = f"{compact_bytes(named)} in named data, {compact_bytes(inside)} in the payload"
+    else:
+        where = "in named data" if named else "in the payload"
+    text = f"{plural(w['count'], 'tensor')}, {compact_bytes(w['bytes'])} {where}"
+    if w["shared_bytes"]:
+        text += f" ({compact_bytes(w['shared_bytes'])} shared with other delegates)"
+    if w["missing_named_keys"]:
+        text += (f"; {plural(len(w['missing_named_keys']), 'named key')} missing from the "
+                 "program's named data")
+    return text
 
 
 def _qualified(op: dict[str, Any]) -> str:
@@ -129,13 +187,16 @@ def _qualified(op: dict[str, Any]) -> str:
 
 
 def render_instructions(plans: list[ExecutionPlan], bold: Style,
-                        shapes: Mapping[str, MethodShapes] | None = None) -> str:
-    """The listing of each plan; `shapes` (by method) name dynamic dims by symbol."""
+                        shapes: Mapping[str, MethodShapes] | None = None,
+                        program: Program | None = None) -> str:
+    """The listing of each plan; `shapes` (by method) name dynamic dims by symbol;
+    with the `program` the plans are from, delegate calls say what their payloads hold."""
     lines: list[str] = []
     for plan in plans:
         if lines:
             lines.append("")
         lines.append(bold(f"method {clean(plan.name)}:"))
         method_shapes = shapes.get(plan.name) if shapes else None
-        lines.extend(clean(line) for line in listing_lines(plan, method_shapes))
+        payloads = plan_payloads(program, plan) if program is not None else []
+        lines.extend(clean(line) for line in listing_lines(plan, method_shapes, payloads))
     return "\n".join(lines)

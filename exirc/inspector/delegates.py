@@ -1,0 +1,253 @@
+"""What is inside a delegate's payload, as plain data.
+
+A payload is opaque to the program: only its backend knows the format.
+exirc knows one, XNNPACK's (`exirc.serialize.xnnpack`), so for an
+`XnnpackBackend` delegate the inspector reads the graph and reports its
+nodes, values and weights; for any other backend only what the program says
+(size, compile specs). A payload that does not read is a fact about the
+file, not a failure of inspect: it is reported with the reader's message
+and the rest of the file is inspected as usual. The reader promises a
+`FormatError` for any bad bytes (a fuzz test holds it to that), so nothing
+else is caught: another exception is a bug to see.
+
+ExecuTorch keeps an XNNPACK graph's weights outside the payload, in the
+program's named data (keyed by the sha256 of their bytes), so that
+delegates sharing a weight store it once; older payloads carry them in
+their own constant region. Both count as the delegate's weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from exirc.errors import FormatError
+from exirc.serialize import program as P
+from exirc.serialize.xnnpack import graph as G
+from exirc.serialize.xnnpack.header import XnnpackHeader
+from exirc.serialize.xnnpack.reader import deserialize_blob
+
+XNNPACK_BACKEND = "XnnpackBackend"
+
+
+@dataclass(frozen=True)
+class Payload:
+    """One delegate's processed bytes, and what reading them gave."""
+
+    method: str
+    index: int  # in the method's delegate list
+    delegate: P.BackendDelegate
+    data: memoryview
+    blob: G.XnnpackBlob | None = None  # an XNNPACK payload that reads
+    error: str | None = None  # why an XNNPACK payload does not read
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} delegate[{self.index}] {self.delegate.id}"
+
+
+def payload_data(program: P.Program, delegate: P.BackendDelegate) -> memoryview:
+    ref = delegate.processed
+    if ref.location == P.DataLocation.INLINE:
+        return memoryview(program.backend_delegate_data[ref.index].data)
+    return memoryview(program.segments[ref.index].data)
+
+
+def plan_payloads(program: P.Program, plan: P.ExecutionPlan) -> list[Payload]:
+    payloads = []
+    for index, delegate in enumerate(plan.delegates):
+        data = payload_data(program, delegate)
+        blob, error = None, None
+        if delegate.id == XNNPACK_BACKEND:
+            try:
+                blob = deserialize_blob(data)
+            except FormatError as failure:
+                error = str(failure)
+        payloads.append(Payload(plan.name, index, delegate, data, blob, error))
+    return payloads
+
+
+def program_payloads(program: P.Program) -> list[Payload]:
+    return [p for plan in program.execution_plan for p in plan_payloads(program, plan)]
+
+
+# --------------------------------------------------------------------------
+# The weights of an XNNPACK graph.
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Weight:
+    """A constant an XNNPACK graph reads, once however many values read it."""
+
+    nbytes: int
+    named_key: str | None  # None: in the payload's own constant region
+    offset: int  # in the constant region (unused for named data)
+    type: str  # of the first value reading it, e.g. `fp32[8, 3, 3, 3]`
+    role: str  # what reads it, e.g. `conv2d filter`
+    values: int = 1  # how many values read it
+
+    @property
+    def label(self) -> str:
+        """`weight a2fd2af9...: fp32[8, 3, 3, 3] conv2d filter`."""
+        if self.named_key is None:
+            where = f"at {self.offset}"
+        else:  # sha256 keys are long: a prefix tells them apart
+            key = self.named_key
+            where = repr(key) if len(key) <= 16 else key[:8] + "..."
+        more = f" (+{self.values - 1} more values)" if self.values > 1 else ""
+        return f"weight {where}: {self.type} {self.role}{more}"
+
+
+def xnn_type(value: G.TensorValue) -> str:
+    return f"{value.datatype.name.lower()}[{', '.join(map(str, value.dims))}]"
+
+
+def value_roles(graph: G.XNNGraph) -> dict[int, str]:
+    """Value id -> the first node reading it, and as what (`conv2d filter`)."""
+    roles: dict[int, str] = {}
+    for node in graph.nodes:
+        for f in dataclasses.fields(node.params):
+            if f.name.endswith("_id") and not f.name.startswith("output"):
+                ident = getattr(node.params, f.name)
+                roles.setdefault(ident, f"{node.kind.name.lower()} {f.name[:-3]}")
+    return roles
+
+
+def graph_weights(blob: G.XnnpackBlob) -> list[Weight]:
+    """The distinct constants the graph's values read (quantization scales too),
+    in value order; entries naming the same bytes count once."""
+    graph = blob.graph
+    roles = value_roles(graph)
+    found: dict[tuple[Any, ...], Weight] = {}
+
+    def add(entry_index: int, type_: str, role: str) -> None:
+        if not 0 < entry_index < len(graph.constant_data):
+            return  # 0 is "not a constant"; the reader refuses the rest
+        entry = graph.constant_data[entry_index]
+        key = ("named", entry.named_key) if entry.is_named else \
+            ("region", entry.offset, entry.size)
+        if key in found:
+            found[key].values += 1
+        else:
+            found[key] = Weight(entry.size, entry.named_key or None, entry.offset, type_, role)
+
+    for value in graph.values:
+        role = roles.get(value.id_out, "(read by no node)")
+        if value.constant_buffer_idx:
+            add(value.constant_buffer_idx, xnn_type(value), role)
+        quant = value.quant
+        if isinstance(quant, (G.PerChannelQuant, G.PerChannelGroupQuant)) and \
+                quant.scale_buffer_idx:
+            add(quant.scale_buffer_idx, f"{quant.num_scales} scales", f"of {role}")
+    return list(found.values())
+
+
+# --------------------------------------------------------------------------
+# The facts `exirc inspect` reports.
+# --------------------------------------------------------------------------
+
+
+def named_key_users(payloads: Iterable[Payload]) -> Counter[str]:
+    """Named-data key -> how many delegates read it."""
+    users: Counter[str] = Counter()
+    for payload in payloads:
+        if payload.blob is not None:
+            users.update({w.named_key for w in graph_weights(payload.blob) if w.named_key})
+    return users
+
+
+def describe_delegate(program: P.Program, payload: Payload,
+                      key_users: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """A delegate's entry in `exirc inspect --json`. An XNNPACK delegate's also
+    has `xnnpack` (the graph's facts, or null when the payload does not read)
+    and `payload_error` (why not, or null); other backends' payloads are
+    opaque, so their entries have neither."""
+    delegate = payload.delegate
+    entry: dict[str, Any] = {
+        "index": payload.index,
+        "id": delegate.id,
+        "location": delegate.processed.location.name.lower(),
+        "data_index": delegate.processed.index,
+        "bytes": len(payload.data),
+        "compile_specs": [s.key for s in delegate.compile_specs],
+    }
+    if delegate.id == XNNPACK_BACKEND:
+        entry["xnnpack"] = None if payload.blob is None else \
+            xnnpack_facts(payload, {n.key for n in program.named_data}, key_users or {})
+        entry["payload_error"] = payload.error
+    return entry
+
+
+def xnnpack_facts(payload: Payload, named_keys: set[str],
+                  key_users: Mapping[str, int]) -> dict[str, Any]:
+    assert payload.blob is not None
+    graph = payload.blob.graph
+    inputs = sum(1 for v in graph.values if v.flags & G.FLAG_EXTERNAL_INPUT)
+    outputs = sum(1 for v in graph.values if v.flags & G.FLAG_EXTERNAL_OUTPUT)
+    constants = sum(1 for v in graph.values if v.constant_buffer_idx)
+    internal = sum(1 for v in graph.values if not v.constant_buffer_idx and
+                   not v.flags & (G.FLAG_EXTERNAL_INPUT | G.FLAG_EXTERNAL_OUTPUT))
+    weights = graph_weights(payload.blob)
+    named = [w for w in weights if w.named_key]
+    header = XnnpackHeader.parse(payload.data)  # it read, so this does too
+    return {
+        "version": graph.version,
+        "nodes": len(graph.nodes),
+        "node_kinds": dict(sorted(Counter(n.kind.name.lower() for n in graph.nodes).items())),
+        "fused_activations": sum(1 for n in graph.nodes if n.output_min_max is not None),
+        "values": {"count": len(graph.values), "inputs": inputs, "outputs": outputs,
+                   "constants": constants, "internal": internal},
+        "datatypes": dict(sorted(Counter(v.datatype.name.lower()
+                                         for v in graph.values).items())),
+        "weights": {
+            "count": len(weights),
+            "bytes": sum(w.nbytes for w in weights),
+            "named_data_bytes": sum(w.nbytes for w in named),
+            "payload_bytes": sum(w.nbytes for w in weights if not w.named_key),
+            # Bytes this delegate reads that other delegates read too (stored once).
+            "shared_bytes": sum(w.nbytes for w in named
+                                if key_users.get(w.named_key or "", 0) > 1),
+            "missing_named_keys": sorted(w.named_key for w in named
+                                         if w.named_key not in named_keys),
+        },
+        "layout": {
+            "header_bytes": header.length if header else 0,
+            "flatbuffer_bytes": header.flatbuffer_size if header else len(payload.data),
+            "constant_region_bytes": header.constant_data_size if header else 0,
+        },
+    }
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """`conv2d ×3, fully_connected, static_transpose ×2`: names in order, a count past one."""
+    return ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
+
+
+def call_note(payload: Payload) -> str | None:
+    """What a DelegateCall line adds about its payload, if anything is known."""
+    if payload.error is not None:
+        return "unreadable XNNPACK payload"
+    if payload.blob is not None:
+        count = len(payload.blob.graph.nodes)
+        return f"{count} XNNPACK node" + ("" if count == 1 else "s")
+    return None
+
+
+def weight_segments(program: P.Program, payloads: Iterable[Payload]) -> dict[int, list[Payload]]:
+    """Named-data segment index -> the delegates whose graphs read it, in plan order."""
+    segment_of: dict[str, int] = {}
+    for named in program.named_data:
+        segment_of.setdefault(named.key, named.segment_index)
+    readers: dict[int, list[Payload]] = {}
+    for payload in payloads:
+        if payload.blob is None:
+            continue
+        for weight in graph_weights(payload.blob):
+            segment = segment_of.get(weight.named_key or "")
+            if segment is not None and payload not in readers.setdefault(segment, []):
+                readers[segment].append(payload)
+    return readers
