@@ -37,6 +37,7 @@ from collections.abc import Sequence
 
 from exirc.inspector.describe import segment_roles
 from exirc.inspector.size_constant_names import DEFAULT_NAME_SOURCES, NameSource, stored_names
+from exirc.inspector.size_delegates import DelegateSizes
 from exirc.inspector.size_flatbuffer import flatbuffer_claims
 from exirc.inspector.size_ledger import Claim, Fill, Ledger
 from exirc.inspector.size_rows import SizeReport
@@ -54,6 +55,7 @@ def size_report(data: bytes | memoryview, program_file: ProgramFile | None = Non
     pf = program_file if program_file is not None else read_program_file(view)
     ledger = Ledger()
     stored = StoredBuffers(pf.program, (stored_names(pf.program), *name_sources))
+    delegates = DelegateSizes(pf.program)
     regions: list[tuple[int, int, Fill]] = []
 
     prefix = ledger.declare(("prefix",), "header", "root offset and file identifier",
@@ -64,13 +66,14 @@ def size_report(data: bytes | memoryview, program_file: ProgramFile | None = Non
         header = ledger.declare(("header",), "header", "extended header", "header")
         flatbuffer_start += pf.header.length
         regions.append((HEADER_OFFSET, flatbuffer_start, ledger.fill(header)))
-    claims, padding = flatbuffer_claims(ledger, view[:pf.program_size], pf.program, stored)
+    claims, padding = flatbuffer_claims(ledger, view[:pf.program_size], pf.program, stored,
+                                        delegates)
     regions.append((flatbuffer_start, pf.program_size, ledger.fill_claims(claims, padding)))
     roles = segment_roles(pf.program)
     for index, (start, size) in enumerate(pf.segment_spans):
         if size:
             fill = _segment_fill(ledger, view, pf.program, index, start, size,
-                                 roles.get(index, "unused"), stored)
+                                 roles.get(index, "unused"), stored, delegates)
             regions.append((start, start + size, fill))
 
     # Regions in file order; a byte already charged by an earlier region
@@ -112,8 +115,16 @@ def _charge_gap(ledger: Ledger, start: int, end: int, pf: ProgramFile) -> None:
 
 
 def _segment_fill(ledger: Ledger, view: memoryview, program: P.Program, index: int,
-                  start: int, size: int, role: str, stored: StoredBuffers) -> Fill:
+                  start: int, size: int, role: str, stored: StoredBuffers,
+                  delegates: DelegateSizes) -> Fill:
     group = f"segment {index}: {role}"
+    # An XNNPACK payload, and the named data it reads, are the delegate's.
+    fill = delegates.segment_fill(ledger, index, start, group) \
+        if role.startswith("delegate:") else \
+        delegates.weights_fill(ledger, program, index, start, size) \
+        if role == "named_data" else None
+    if fill is not None:
+        return fill
     if role == "constants":
         assert program.constant_segment is not None  # that is what the role says
         tables: list[tuple[int | None, list[int]]] = [(None, program.constant_segment.offsets)]

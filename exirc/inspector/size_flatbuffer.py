@@ -7,55 +7,14 @@ from __future__ import annotations
 import re
 
 from exirc.inspector.render import plural
+from exirc.inspector.size_delegates import DelegateSizes
 from exirc.inspector.size_ledger import Claim, Ledger, RowKey
+from exirc.inspector.size_spans import SpanRecorder
 from exirc.inspector.size_stored_buffers import StoredBuffers
 from exirc.serialize import program as P
-from exirc.serialize.checked_buffer import CheckedBuffer, TableView
 from exirc.serialize.decode import decode_program, segment_ranges
 
 PROGRAM_GROUP = "program (FlatBuffer)"
-
-
-class _SpanRecorder(CheckedBuffer):
-    """A checked reader that records (start, end, field path) of each object."""
-
-    def __init__(self, data: bytes | memoryview) -> None:
-        super().__init__(data)
-        self.spans: list[tuple[int, int, str]] = []
-
-    def table_at(self, pos: int, path: str) -> TableView:
-        view = super().table_at(pos, path)
-        self.spans.append((pos, pos + view.table_len, path))
-        self.spans.append((view.vtable, view.vtable + view.vtable_len, path))
-        return _RecordingTable(self, view.pos, view.vtable, view.vtable_len, view.table_len,
-                               path)
-
-
-class _RecordingTable(TableView):
-    __slots__ = ()
-
-    def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int, str] | None:
-        found = super()._vector(slot, elem_size, name)
-        if found is not None:
-            start, count, path = found
-            spans = self._spans()
-            # The length prefix apart, so inline data can be charged alone.
-            spans.append((start - 4, start, path + "#length"))
-            spans.append((start, start + count * elem_size, path))
-        return found
-
-    def string(self, slot: int, name: str) -> str | None:
-        text = super().string(slot, name)
-        if text is not None:
-            # `_vector` just recorded the string's bytes; add its terminator.
-            spans = self._spans()
-            _, end, path = spans[-1]
-            spans.append((end, end + 1, path))
-        return text
-
-    def _spans(self) -> list[tuple[int, int, str]]:
-        assert isinstance(self.buf, _SpanRecorder)
-        return self.buf.spans
 
 
 _PLAN_FIELD = re.compile(r"root\.execution_plan\[(\d+)\](?:\.(\w+)(.*))?$")
@@ -64,9 +23,11 @@ _METHOD_PARTS = ("values", "instructions", "stacktrace", "operators", "delegates
 
 
 def flatbuffer_claims(ledger: Ledger, program_bytes: memoryview, program: P.Program,
-                       stored: StoredBuffers) -> tuple[list[Claim], RowKey]:
-    """Claims on the FlatBuffer's bytes, and the row of its unclaimed bytes."""
-    recorder = _SpanRecorder(program_bytes)
+                      stored: StoredBuffers,
+                      delegates: DelegateSizes | None = None) -> tuple[list[Claim], RowKey]:
+    """Claims on the FlatBuffer's bytes, and the row of its unclaimed bytes;
+    inline XNNPACK payloads are charged part by part (`delegates`)."""
+    recorder = SpanRecorder(program_bytes)
     decode_program(recorder)
     segment_ranges(recorder)  # the segment table, which decode_program skips
     _declare_program_rows(ledger, program)
@@ -86,6 +47,8 @@ def flatbuffer_claims(ledger: Ledger, program_bytes: memoryview, program: P.Prog
                              "alignment padding (and unknown fields)", "padding")
     claims = [(start, end, inline_keys.get(path) or _classify(path))
               for start, end, path in recorder.spans]
+    if delegates is not None:
+        claims = _inline_payload_claims(ledger, claims, inline_keys, delegates)
     # Inline constant bytes past the tensor's own (alignment slack) are padding.
     for i, buffer in enumerate(program.constant_buffer):
         spare = len(buffer.storage) - stored.tensor_bytes(None, i, len(buffer.storage))
@@ -142,3 +105,16 @@ def _classify(path: str) -> RowKey:
         if path.startswith(prefix):
             return ("tables", part)
     return ("tables", "root")
+
+
+def _inline_payload_claims(ledger: Ledger, claims: list[Claim], inline_keys: dict[str, RowKey],
+                           delegates: DelegateSizes) -> list[Claim]:
+    """`claims` with each inline XNNPACK payload's one claim split into its parts."""
+    out: list[Claim] = []
+    for start, end, key in claims:
+        payload = delegates.payload(P.DataLocation.INLINE, key[1]) \
+            if key[0] == "inline delegate" else None
+        found = None if payload is None or end - start != len(payload.data) else \
+            delegates.payload_claims(ledger, start, payload, PROGRAM_GROUP)
+        out.extend([(start, end, key)] if found is None else found[0])
+    return out

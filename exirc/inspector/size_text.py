@@ -9,6 +9,8 @@ from exirc.inspector.size_rows import SizeReport, SizeRow
 
 # Constant rows listed per group in the text view; the rest are summed.
 MAX_CONSTANT_ROWS = 8
+# The rows of stored tensors: a model has many, so they are cut as above.
+STORED_KINDS = ("constant", "mutable_data", "delegate_weight")
 
 
 def render_size(report: SizeReport, bold: Style, *, path: str | None = None) -> str:
@@ -49,20 +51,26 @@ def _groups(rows: list[SizeRow]) -> list[tuple[str, list[SizeRow]]]:
 def _shown_rows(rows: list[SizeRow]) -> list[tuple[str, int, str]]:
     """(label, bytes, note) of a group's rows as listed: stored buffers
     largest first and cut to one screen, the others in file order."""
-    stored = [r for r in rows if r.kind in ("constant", "mutable_data")]
+    stored = [r for r in rows if r.kind in STORED_KINDS]
     shown = sorted(stored, key=lambda r: -r.nbytes)[:MAX_CONSTANT_ROWS]
     rest = [r for r in stored if r not in shown]
     out = []
     for row in rows:
         if row in rest:
             continue
-        note = f"duplicate of {row.detail['duplicate_of']}" if "duplicate_of" in row.detail \
-            else ""
-        out.append((row.item, row.nbytes, note))
+        out.append((row.item, row.nbytes, _note(row)))
     if rest:
         out.append((f"... {plural(len(rest), 'more buffer')} (see --json)",
                     sum(r.nbytes for r in rest), ""))
     return out
+
+
+def _note(row: SizeRow) -> str:
+    if "duplicate_of" in row.detail:
+        return f"duplicate of {row.detail['duplicate_of']}"
+    if row.detail.get("shared_with"):  # a delegate weight other delegates read too
+        return f"shared with {', '.join(row.detail['shared_with'])}"
+    return ""
 
 
 def _render_duplicates(report: SizeReport) -> str:
