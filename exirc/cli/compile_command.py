@@ -75,8 +75,9 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--example-inputs", type=click.Path(dir_okay=False),
               help="Example inputs (.pt tuple, .npy or .npz) for a TorchScript archive.")
 @click.option("--target", default=DEFAULT_TARGET, show_default=True,
-              help=f"What to compile for: {' or '.join(builtin_targets())} (portable runs on "
-                   "ExecuTorch too; exirc adds exirc's fused ops).")
+              help=f"What to compile for: {', '.join(builtin_targets())} (portable runs on "
+                   "ExecuTorch too; xnnpack delegates what XNNPACK runs, for ExecuTorch's "
+                   "XNNPACK backend; exirc adds exirc's fused ops).")
 @click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A pipeline YAML replacing the target's default.")
 @click.option("--print-pipeline", is_flag=True, help="Print the resolved pipeline and exit.")
