@@ -72,6 +72,8 @@ class GraphBuilder:
     # fx nodes an earlier emitter did the work of (a batch norm folded into its
     # convolution): their own emitter only aliases them.
     fused: set[Node] = field(default_factory=set)
+    # fx nodes inside a decomposed operator emitted whole (patterns.py): skipped.
+    absorbed: set[Node] = field(default_factory=set)
 
     # --- what an fx node is ------------------------------------------------
 

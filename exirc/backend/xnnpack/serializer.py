@@ -22,6 +22,7 @@ from exirc.backend.xnnpack import lower_elementwise, lower_linear, lower_nn, low
 from exirc.backend.xnnpack.builder import GraphBuilder
 from exirc.backend.xnnpack.compact import compact
 from exirc.backend.xnnpack.lower_elementwise import Emitter
+from exirc.backend.xnnpack.lower_patterns import find_patterns
 from exirc.errors import InternalError
 from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.writer import serialize_blob
@@ -62,10 +63,14 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
     for external_id, placeholder in enumerate(inputs):
         b.external_input(placeholder, external_id)
     calls = [n for n in partition.graph_module.graph.nodes if n.op == "call_function"]
+    whole = find_patterns(b, calls)
     for handle, node in enumerate(calls, start=1):
-        if b.is_defined(node):
+        if b.is_defined(node) or node in b.absorbed:
             continue  # an earlier emitter did it (an unflattening view_copy of a linear)
         b.debug_handle = handle
+        if node in whole:
+            whole[node](b)
+            continue
         if _fold(b, node):
             continue
         emitter = EMITTERS.get(node.target)

@@ -19,10 +19,12 @@ from torch.fx import Node
 
 from exirc.backend.delegation.interface import Rejection
 from exirc.backend.xnnpack.lower_shape import SPLITS
+from exirc.backend.xnnpack.patterns import match_prelu
 from exirc.backend.xnnpack.support_nn import NN_RULES
 from exirc.backend.xnnpack.support_rules import RULES, Facts, Rule, op_name
 from exirc.edge.constants import constant_tensor
 
+aten = torch.ops.aten
 BACKEND_ID = "XnnpackBackend"
 MAX_RANK = 6  # XNN_MAX_TENSOR_DIMS
 MULTI_OUTPUT = (torch.ops.aten._native_batch_norm_legit_no_training.default,
@@ -46,10 +48,22 @@ class XnnpackSupport:
             return "op", f"{node.op} nodes are not operators"
         if node.target == operator.getitem:
             return self._getitem(node, facts)
+        if node.target in (aten.where.self, aten.gt.Scalar):
+            return self._prelu(node, facts)
         rule = ALL_RULES.get(node.target)
         if rule is None:
             return "op", f"XNNPACK has no operator for {op_name(node)}"
         return (_dtype(node, facts) or _shape(node, facts) or rule(node, facts))
+
+    def _prelu(self, node: Node, facts: Facts) -> tuple[str, str] | None:
+        """where and gt are taken as parts of a decomposed PReLU only, judged
+        as its multiply (the same input and result)."""
+        root = node if node.target == aten.where.self else next(iter(node.users), None)
+        match = match_prelu(root, facts.constant) if root is not None else None
+        if match is None or (node is not root and node not in match.absorbed):
+            return "op", (f"XNNPACK has no operator for {op_name(node)} (taken only as part "
+                          "of PReLU: where(x > 0, x, w * x) with w constant per channel)")
+        return self._reason(match.absorbed[1], facts)
 
     def _getitem(self, node: Node, facts: Facts) -> tuple[str, str] | None:
         source = node.args[0]

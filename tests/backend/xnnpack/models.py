@@ -163,6 +163,19 @@ class Norms(nn.Module):
                 torch.sin(x) * torch.cos(x))
 
 
+class PReLUHardswish(nn.Module):
+    """PReLU and hardswish, which Edge decomposes, after a convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.prelu = nn.Conv2d(3, 4, 3), nn.PReLU(4)
+        with torch.no_grad():
+            self.prelu.weight.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.hardswish(self.prelu(self.conv(x)))
+
+
 def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
@@ -185,4 +198,6 @@ CASES: dict[str, Case] = {
     "unet": Case(UNet, lambda: (torch.randn(1, 3, 8, 8),), Reference(11, 5, False)),
     "norms": Case(Norms, lambda: (torch.randn(2, 4, 8), torch.randn(1, 4, 10)),
                   Reference(22, 2, False)),
+    "prelu_hardswish": Case(PReLUHardswish, lambda: (torch.randn(1, 3, 6, 6),),
+                            Reference(5, 2, True)),
 }

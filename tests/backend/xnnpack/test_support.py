@@ -88,7 +88,19 @@ def test_rank_beyond_six_is_a_shape_rejection() -> None:
 
 def test_operators_without_an_xnnpack_operator() -> None:
     found = decisions(Lambda(lambda m, x: torch.where(x > 0, x, 0.0)), torch.randn(4))
-    assert only(found, "where") == ("op", "XNNPACK has no operator for aten.where.self")
+    assert only(found, "where") == (
+        "op", "XNNPACK has no operator for aten.where.self (taken only as part of PReLU: "
+              "where(x > 0, x, w * x) with w constant per channel)")
+    assert only(found, "gt") == (
+        "op", "XNNPACK has no operator for aten.gt.Scalar (taken only as part of PReLU: "
+              "where(x > 0, x, w * x) with w constant per channel)")
+
+
+def test_decomposed_prelu_is_taken_whole() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.PReLU(4))
+    found = decisions(model, torch.randn(1, 3, 4, 4))
+    assert {name.rstrip("_0123456789") for name in found} == {"convolution", "gt", "mul", "where"}
+    assert set(found.values()) == {None}
 
 
 @pytest.mark.parametrize(("fn", "node", "reason"), [
