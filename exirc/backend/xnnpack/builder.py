@@ -288,6 +288,7 @@ class GraphBuilder:
             vid = self.value(shape)
             if found is None and not self.is_static(node):
                 self._convert(node, ident, vid)
+                self.define(node, vid, ident)  # a second output of it copies this one
             else:
                 source = found if found is not None else self.get(node, ident).id
                 self.add_node(G.NodeKind.COPY, G.Node1x1(source, vid))
