@@ -16,6 +16,7 @@ from exirc.inspector.delegates import (
     Payload,
     describe_delegate,
     named_key_users,
+    payload_data,
     plan_payloads,
     program_payloads,
     weight_segments,
@@ -225,3 +226,8 @@ def io_entry(plan: P.ExecutionPlan, index: int,
         if shapes is not None and index in shapes.values:
             entry["dims"] = shapes.values[index]  # sizes, or expressions over symbols
     return entry
+
+
+def delegate_bytes(program: P.Program, delegate: P.BackendDelegate) -> int:
+    """The size of a delegate's payload (`delegates.payload_data` has its bytes)."""
+    return len(payload_data(program, delegate))
