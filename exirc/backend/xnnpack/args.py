@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch.fx import Node
+
+aten = torch.ops.aten
+CREATORS = (aten.full.default, aten.full_like.default, aten.scalar_tensor.default)
 
 
 def arg(node: Node, index: int, name: str, default: Any = None) -> Any:
@@ -56,3 +60,16 @@ def shape(value: Any) -> list[int]:
     if isinstance(val, (tuple, list)):
         val = val[0]
     return [int(d) for d in val.shape]
+
+
+def created(node: Node) -> torch.Tensor | None:
+    """The float32 tensor a creation op (full, full_like, scalar_tensor)
+    makes: known at compile time, shapes being static."""
+    if node.op != "call_function" or node.target not in CREATORS:
+        return None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 \
+            or not all(isinstance(d, int) for d in val.shape):
+        return None
+    fill = node.args[0] if node.target == aten.scalar_tensor.default else node.args[1]
+    return torch.full([int(d) for d in val.shape], as_float(fill), dtype=torch.float32)

@@ -19,6 +19,7 @@ from torch.fx.node import map_arg
 
 from exirc.backend.delegation.interface import DelegateSummary, PartitionGraph, PreprocessResult
 from exirc.backend.xnnpack import lower_elementwise, lower_linear, lower_nn, lower_norm, lower_shape
+from exirc.backend.xnnpack.args import created
 from exirc.backend.xnnpack.builder import GraphBuilder
 from exirc.backend.xnnpack.compact import compact
 from exirc.backend.xnnpack.lower_elementwise import Emitter
@@ -88,8 +89,13 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
 
 
 def _fold(b: GraphBuilder, node: Node) -> bool:
-    """Compute at compile time a node whose tensor inputs are all constants
-    (Edge folds most; what is left, e.g. over its size limit, is folded here)."""
+    """Compute at compile time a node whose tensor inputs are all constants, or
+    a creation op (Edge folds most; what is left, e.g. over its size limit,
+    is folded here)."""
+    made = created(node)
+    if made is not None:
+        b.fold(node, made)
+        return True
     if node.target == operator.getitem or not isinstance(node.target, torch._ops.OpOverload):
         return False
     inputs = node.all_input_nodes

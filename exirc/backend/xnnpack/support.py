@@ -18,6 +18,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from exirc.backend.delegation.interface import Rejection
+from exirc.backend.xnnpack.args import CREATORS, created
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
 from exirc.backend.xnnpack.support_nn import NN_RULES
@@ -40,7 +41,7 @@ class XnnpackSupport:
     backend_id = BACKEND_ID
 
     def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
-        found = self._reason(node, Facts(lambda n: constant_tensor(program, n)))
+        found = self._reason(node, Facts(lambda n: _constant(program, n)))
         return None if found is None else Rejection(node, found[0], found[1])
 
     def _reason(self, node: Node, facts: Facts) -> tuple[str, str] | None:
@@ -50,6 +51,8 @@ class XnnpackSupport:
             return self._getitem(node, facts)
         if node.target in (aten.where.self, aten.gt.Scalar):
             return self._prelu(node, facts)
+        if node.target in CREATORS:
+            return _dtype(node, facts) or _shape(node, facts)  # folded at compile time
         rule = ALL_RULES.get(node.target)
         if rule is None:
             return "op", f"XNNPACK has no operator for {op_name(node)}"
@@ -75,6 +78,12 @@ class XnnpackSupport:
             return "constraint", (f"output {node.args[1]} of {op_name(source)} is used; "
                                   "XNNPACK computes output 0 only")
         return self._reason(source, facts)
+
+
+def _constant(program: ExportedProgram, node: Node) -> torch.Tensor | None:
+    """A weight of the program, or a tensor a creation op makes."""
+    tensor = constant_tensor(program, node)
+    return tensor if tensor is not None else created(node)
 
 
 def _vals(node: Node) -> list[object]:

@@ -1,0 +1,100 @@
+"""One operator (or a short chain) at a time, over the argument variants
+XnnpackBackend lowers differently, on both runtimes against eager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.backend.xnnpack.harness import eager, lower_whole, run_executorch
+
+
+class Fn(nn.Module):
+    def __init__(self, fn: Any, **modules: nn.Module) -> None:
+        super().__init__()
+        self.fn = fn
+        for name, module in modules.items():
+            self.add_module(name, module)
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.fn(self, *args)
+
+
+def _bn(channels: int) -> nn.BatchNorm2d:
+    bn = nn.BatchNorm2d(channels)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    return bn
+
+
+IMAGE = (1, 4, 7, 7)
+CASES: dict[str, tuple[nn.Module, tuple[tuple[int, ...], ...]]] = {
+    "grouped_conv": (nn.Conv2d(4, 6, 3, groups=2), (IMAGE,)),
+    "depthwise_multiplier_2": (nn.Conv2d(4, 8, 3, groups=4, padding=1), (IMAGE,)),
+    "dilated_strided_conv": (nn.Conv2d(4, 4, 3, dilation=2, stride=2, padding=2), (IMAGE,)),
+    "conv_without_bias_then_clamp": (
+        Fn(lambda m, x: torch.clamp(m.c(x), -0.5, 0.5), c=nn.Conv2d(4, 4, 1, bias=False)),
+        (IMAGE,)),
+    "single_input_channel": (nn.Conv2d(1, 3, 3), ((1, 1, 6, 6),)),
+    "conv1d_strided": (nn.Conv1d(4, 6, 3, stride=2), ((2, 4, 9),)),
+    "conv_transpose1d": (nn.ConvTranspose1d(4, 2, 3, stride=2), ((1, 4, 5),)),
+    "batch_norm_alone": (_bn(4), (IMAGE,)),
+    "batch_norm_1d": (nn.BatchNorm1d(4).eval(), ((3, 4),)),
+    "conv_used_twice_before_bn": (
+        Fn(lambda m, x: (lambda y: (m.bn(y), y))(m.c(x)), c=nn.Conv2d(4, 4, 1), bn=_bn(4)),
+        (IMAGE,)),
+    "layer_norm_two_dims": (nn.LayerNorm([4, 5], elementwise_affine=False), ((2, 3, 4, 5),)),
+    "linear_3d_relu": (nn.Sequential(nn.Linear(5, 3), nn.ReLU()), ((2, 4, 5),)),
+    "linear_no_bias": (nn.Linear(5, 3, bias=False), ((4, 5),)),
+    "addmm_full_bias": (Fn(lambda m, x, b: torch.addmm(b, x, m.l.weight.t()),
+                           l=nn.Linear(5, 3)), ((4, 5), (4, 3))),
+    "cat_of_six": (Fn(lambda m, x: torch.cat([x * i for i in range(6)], -1)), ((2, 3),)),
+    "split_unbind": (Fn(lambda m, x: (x.split([1, 3], 1)[1], x.unbind(0)[1])), ((2, 4, 3),)),
+    "avg_pool_excluding_padding": (nn.AvgPool2d(3, 2, 1, count_include_pad=False), (IMAGE,)),
+    "max_pool_dilated": (nn.MaxPool2d(2, 1, dilation=2), (IMAGE,)),
+    "max_pool_ceil": (nn.MaxPool2d(3, 2, ceil_mode=True), (IMAGE,)),
+    "adaptive_avg_pool_7_to_1": (nn.AdaptiveAvgPool2d(1), (IMAGE,)),
+    "adaptive_avg_pool_divides": (nn.AdaptiveAvgPool2d((7, 1)), (IMAGE,)),
+    "bilinear_to_size": (nn.Upsample(size=(9, 4), mode="bilinear"), (IMAGE,)),
+    "nearest_by_3x2": (nn.Upsample(scale_factor=(3, 2), mode="nearest"), (IMAGE,)),
+    "nearest_to_size": (nn.Upsample(size=(14, 21), mode="nearest"), (IMAGE,)),
+    "softmax_middle_dim": (nn.Softmax(1), ((2, 3, 4),)),
+    "sum_and_mean_all": (Fn(lambda m, x: (x.sum((0, 2)), x.mean((1, 2), keepdim=True))),
+                         ((2, 3, 4),)),
+    "reciprocal_and_powers": (Fn(lambda m, x: (x.abs() + 1).reciprocal() + x ** -1 + x ** 0.5),
+                              ((3, 4),)),
+    "sub_alpha_constant": (Fn(lambda m, x: torch.sub(x, torch.ones(4), alpha=2)), ((3, 4),)),
+    "full_like_operand": (Fn(lambda m, x: x * torch.full_like(x, 0.25)), ((3, 4),)),
+    "expand_middle": (Fn(lambda m, x: x.expand(2, 3, 4) + 0), ((2, 1, 4),)),
+    "select_last_dim": (Fn(lambda m, x: x.select(-1, 1) * 2), ((2, 3, 4),)),
+    "relu_chain_fused": (Fn(lambda m, x: F.relu(F.hardtanh(x + 1, -2, 2))), ((3, 4),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_operator(name: str) -> None:
+    module, shapes = CASES[name]
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(shape) for shape in shapes)
+    if name == "reciprocal_and_powers":
+        inputs = tuple(i.abs() + 0.5 for i in inputs)
+    low = lower_whole(module, inputs)
+    want = eager(module, inputs)
+    from exirc.runtime import load
+
+    runs = [load(low.pte).run("forward", list(inputs))]
+    try:
+        import executorch.runtime  # noqa: F401
+
+        runs.append(run_executorch(low.pte, inputs))
+    except ImportError:
+        pass
+    for outputs in runs:
+        assert len(outputs) == len(want)
+        for got, ref in zip(outputs, want):
+            torch.testing.assert_close(torch.as_tensor(got), ref, rtol=1e-3, atol=1e-4)
