@@ -19,6 +19,7 @@ their own constant region. Both count as the delegate's weights.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from exirc.serialize.xnnpack.reader import deserialize_blob
 XNNPACK_BACKEND = "XnnpackBackend"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: one payload is one delegate, however alike
 class Payload:
     """One delegate's processed bytes, and what reading them gave."""
 
@@ -47,6 +48,16 @@ class Payload:
     @property
     def label(self) -> str:
         return f"{self.method} delegate[{self.index}] {self.delegate.id}"
+
+    # Cached: the summary and the size report ask per segment, and a big
+    # model has hundreds of weight segments.
+    @functools.cached_property
+    def weights(self) -> list[Weight]:
+        return graph_weights(self.blob) if self.blob is not None else []
+
+    @functools.cached_property
+    def named_weights(self) -> dict[str, Weight]:
+        return {w.named_key: w for w in self.weights if w.named_key}
 
 
 def payload_data(program: P.Program, delegate: P.BackendDelegate) -> memoryview:
@@ -155,8 +166,7 @@ def named_key_users(payloads: Iterable[Payload]) -> Counter[str]:
     """Named-data key -> how many delegates read it."""
     users: Counter[str] = Counter()
     for payload in payloads:
-        if payload.blob is not None:
-            users.update({w.named_key for w in graph_weights(payload.blob) if w.named_key})
+        users.update(payload.named_weights.keys())
     return users
 
 
@@ -191,8 +201,8 @@ def xnnpack_facts(payload: Payload, named_keys: set[str],
     constants = sum(1 for v in graph.values if v.constant_buffer_idx)
     internal = sum(1 for v in graph.values if not v.constant_buffer_idx and
                    not v.flags & (G.FLAG_EXTERNAL_INPUT | G.FLAG_EXTERNAL_OUTPUT))
-    weights = graph_weights(payload.blob)
-    named = [w for w in weights if w.named_key]
+    weights = payload.weights
+    named = list(payload.named_weights.values())
     header = XnnpackHeader.parse(payload.data)  # it read, so this does too
     return {
         "version": graph.version,
@@ -244,10 +254,8 @@ def weight_segments(program: P.Program, payloads: Iterable[Payload]) -> dict[int
         segment_of.setdefault(named.key, named.segment_index)
     readers: dict[int, list[Payload]] = {}
     for payload in payloads:
-        if payload.blob is None:
-            continue
-        for weight in graph_weights(payload.blob):
-            segment = segment_of.get(weight.named_key or "")
+        for key in payload.named_weights:
+            segment = segment_of.get(key)
             if segment is not None and payload not in readers.setdefault(segment, []):
                 readers[segment].append(payload)
     return readers

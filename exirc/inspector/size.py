@@ -121,7 +121,7 @@ def _segment_fill(ledger: Ledger, view: memoryview, program: P.Program, index: i
     # An XNNPACK payload, and the named data it reads, are the delegate's.
     fill = delegates.segment_fill(ledger, index, start, group) \
         if role.startswith("delegate:") else \
-        delegates.weights_fill(ledger, program, index, start, size) \
+        delegates.weights_fill(ledger, index, start, size) \
         if role == "named_data" else None
     if fill is not None:
         return fill

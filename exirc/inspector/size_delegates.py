@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from exirc.inspector.delegates import (
     Payload,
-    graph_weights,
     program_payloads,
     weight_segments,
 )
@@ -38,6 +37,9 @@ class DelegateSizes:
     def __init__(self, program: P.Program) -> None:
         self.payloads = program_payloads(program)
         self.readers = weight_segments(program, self.payloads)
+        self.segment_keys: dict[int, list[str]] = {}
+        for named in program.named_data:
+            self.segment_keys.setdefault(named.segment_index, []).append(named.key)
         # (location, index) of the bytes -> the first delegate using them
         self.by_data: dict[tuple[P.DataLocation, int], Payload] = {}
         for payload in self.payloads:
@@ -86,7 +88,7 @@ class DelegateSizes:
             claims.append((fb_base + start, fb_base + end, parts[_part(path)]))
         if header is not None:
             region = base + header.constant_data_offset
-            for weight in graph_weights(payload.blob):
+            for weight in payload.weights:
                 if weight.named_key is None:
                     key = ledger.declare(("payload", base, "weight", weight.offset), group,
                                          f"{label}: {weight.label}", "delegate_weight",
@@ -103,16 +105,14 @@ class DelegateSizes:
         found = None if payload is None else self.payload_claims(ledger, start, payload, group)
         return None if found is None else ledger.fill_claims(*found)
 
-    def weights_fill(self, ledger: Ledger, program: P.Program, index: int,
-                     start: int, size: int) -> Fill | None:
+    def weights_fill(self, ledger: Ledger, index: int, start: int, size: int) -> Fill | None:
         """The fill of named-data segment `index`, if a delegate reads it as weights."""
         readers = self.readers.get(index)
         if not readers:
             return None
         owner = readers[0]
-        keys = {n.key for n in program.named_data if n.segment_index == index}
-        assert owner.blob is not None  # only payloads that read have readers
-        weights = [w for w in graph_weights(owner.blob) if w.named_key in keys]
+        weights = [owner.named_weights[key] for key in self.segment_keys.get(index, [])
+                   if key in owner.named_weights]
         if not weights:
             return None
         group = f"{owner.label}: weights (named data)"
