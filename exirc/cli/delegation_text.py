@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from exirc.backend.delegation.report import DelegationReport
 from exirc.inspector.render import human_bytes
+
+if TYPE_CHECKING:  # the report module imports torch; the CLI starts without it
+    from exirc.backend.delegation.report import DelegationReport
 
 _SHOWN_SOURCES = 4
 
