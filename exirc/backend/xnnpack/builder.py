@@ -238,11 +238,32 @@ class GraphBuilder:
             return version.id
         return self.reshape(version.id, lay.physical_shape([1] * (rank - small) + shape, layout))
 
+    def unary_op(self, kind: G.NodeKind, vid: int, owner: Node | None = None) -> int:
+        """kind(value `vid`), a new value of the same dims."""
+        out = self.value(self.graph.values[vid].dims)
+        self.add_node(kind, G.Node1x1(vid, out), owner=owner)
+        return out
+
+    def binary_op(self, kind: G.NodeKind, first: int, second: int,
+                  owner: Node | None = None) -> int:
+        """kind(`first`, `second`) of two values, broadcast as numpy does."""
+        dims = list(torch.broadcast_shapes(tuple(self.graph.values[first].dims),
+                                           tuple(self.graph.values[second].dims)))
+        out = self.value(dims)
+        self.add_node(kind, G.Node2x1(first, second, out), owner=owner)
+        return out
+
     def reshape(self, vid: int, dims: Sequence[int]) -> int:
         """A reshape of value `vid` (same bytes) to `dims`; no node if nothing changes."""
         dims = [int(d) for d in dims]
         if self.graph.values[vid].dims == dims:
             return vid
+        producer = self.producer.get(vid)
+        if producer is not None and producer.kind == G.NodeKind.STATIC_RESHAPE:
+            # A reshape of a reshape is one reshape of the first one's input
+            # (the middle one goes if nothing else reads it).
+            assert isinstance(producer.params, G.StaticReshape)
+            return self.reshape(producer.params.input_id, dims)
         out = self.value(dims)
         self.add_node(G.NodeKind.STATIC_RESHAPE, G.StaticReshape(len(dims), dims, vid, out))
         return out

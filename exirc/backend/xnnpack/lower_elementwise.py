@@ -122,7 +122,24 @@ def emit_binary(b: GraphBuilder, node: Node) -> None:
 
 
 def emit_unary(b: GraphBuilder, node: Node) -> None:
+    if node.target == aten.gelu.default and node.kwargs.get("approximate") == "tanh":
+        emit_gelu_tanh(b, node)
+        return
     unary(b, UNARY[node.target], node, as_node(node.args[0]))
+
+
+def emit_gelu_tanh(b: GraphBuilder, node: Node) -> None:
+    """GELU's tanh form, which XNNPACK's (exact) gelu is not: as
+    x * sigmoid(2k * (x + 0.044715 x^3)), k = sqrt(2 / pi), the same function
+    (0.5 * (1 + tanh(z)) = sigmoid(2z)) in six nodes."""
+    version = b.get(as_node(node.args[0]))
+    x, two_k = version.id, 2 * math.sqrt(2 / math.pi)
+    cubic = b.binary_op(G.NodeKind.MULTIPLY, b.unary_op(G.NodeKind.SQUARE, x),
+                        b.static_value(number(two_k * 0.044715)))
+    inner = b.binary_op(G.NodeKind.MULTIPLY, x, b.binary_op(
+        G.NodeKind.ADD, cubic, b.static_value(number(two_k))))
+    gate = b.unary_op(G.NodeKind.SIGMOID, inner)
+    b.define(node, b.binary_op(G.NodeKind.MULTIPLY, x, gate, owner=node), version.layout)
 
 
 def clamp_bounds(node: Node) -> tuple[float, float]:
@@ -172,6 +189,17 @@ def emit_pow(b: GraphBuilder, node: Node) -> None:
         b.alias(node, source)
     elif exponent == -1.0:
         binary(b, G.NodeKind.DIV, node, number(1.0), source)
+    elif exponent in (3.0, 4.0):
+        # x*x*x (GELU's tanh form has it) and (x*x)**2, from the square.
+        version = b.get(source)
+        square = b.value(b.graph.values[version.id].dims)
+        b.add_node(G.NodeKind.SQUARE, G.Node1x1(version.id, square))
+        out = b.value(b.graph.values[version.id].dims)
+        if exponent == 3.0:
+            b.add_node(G.NodeKind.MULTIPLY, G.Node2x1(square, version.id, out), owner=node)
+        else:
+            b.add_node(G.NodeKind.SQUARE, G.Node1x1(square, out), owner=node)
+        b.define(node, out, version.layout)
     else:
         unary(b, POWERS[exponent], node, source)
 

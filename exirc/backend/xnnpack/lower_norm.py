@@ -24,23 +24,14 @@ def emit_layer_norm(b: GraphBuilder, node: Node) -> None:
     dims = list(range(rank - count, rank))
     version, view = pooling_view(b, x, dims)
     whole = b.reshape(version.id, view)
-    stats = [view[0], 1, 1, view[3]]
-
-    def node2(kind: G.NodeKind, first: int, second: int, dims_: list[int],
-              owner: Node | None = None) -> int:
-        out = b.value(dims_)
-        b.add_node(kind, G.Node2x1(first, second, out), owner=owner)
-        return out
 
     mean = global_average(b, whole, view)
-    centered = node2(G.NodeKind.SUBTRACT, whole, mean, view)
-    squared = b.value(view)
-    b.add_node(G.NodeKind.SQUARE, G.Node1x1(centered, squared))
-    variance = node2(G.NodeKind.ADD, global_average(b, squared, view),
-                     b.static_value(number(eps)), stats)
-    inv_std = b.value(stats)
-    b.add_node(G.NodeKind.RECIPROCAL_SQUARE_ROOT, G.Node1x1(variance, inv_std))
-    result = node2(G.NodeKind.MULTIPLY, centered, inv_std, view, owner=node)
+    centered = b.binary_op(G.NodeKind.SUBTRACT, whole, mean)
+    squared = b.unary_op(G.NodeKind.SQUARE, centered)
+    variance = b.binary_op(G.NodeKind.ADD, global_average(b, squared, view),
+                           b.static_value(number(eps)))
+    inv_std = b.unary_op(G.NodeKind.RECIPROCAL_SQUARE_ROOT, variance)
+    result = b.binary_op(G.NodeKind.MULTIPLY, centered, inv_std, owner=node)
     # The affine parameters vary along the normalized dims only: in the
     # order those lie in memory, as [1, normalized, 1, 1].
     order = [d - (rank - count) for d in version.layout if d in dims]
@@ -48,7 +39,7 @@ def emit_layer_norm(b: GraphBuilder, node: Node) -> None:
         tensor = None if param is None else b.static(as_node(param))
         if tensor is not None:
             arranged = tensor.to(torch.float32).permute(order).reshape(1, view[1], 1, 1)
-            result = node2(kind, result, b.static_value(arranged), view, owner=node)
+            result = b.binary_op(kind, result, b.static_value(arranged), owner=node)
     b.define(node, b.reshape(result, lay.physical_shape(shape_of(node), version.layout)),
              version.layout)
 

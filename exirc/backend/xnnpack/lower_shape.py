@@ -105,7 +105,8 @@ def emit_cat(b: GraphBuilder, node: Node) -> None:
     rank = len(out_shape)
     dim = as_int(arg(node, 1, "dim", 0)) % rank
     tensors = [as_node(t) for t in node.args[0]]  # type: ignore[union-attr]
-    tensors = [t for t in tensors if shape_of(t)[dim] != 0]
+    # Empty pieces add nothing (PyTorch even allows 1-d empty ones of any rank).
+    tensors = [t for t in tensors if math.prod(shape_of(t)) != 0]
     if len(tensors) == 1:
         b.alias(node, tensors[0])
         return

@@ -23,7 +23,7 @@ from exirc.backend.xnnpack.args import arg, as_float, as_ints, shape
 aten = torch.ops.aten
 Reason = tuple[str, str] | None
 MAX_EXPAND_ELEMENTS = 1 << 20  # the ones constant an expand multiplies by
-POWERS = (1.0, -1.0, 2.0, 0.5, -0.5)
+POWERS = (1.0, -1.0, 2.0, 3.0, 4.0, 0.5, -0.5)
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,6 @@ def only_first_output_used(node: Node) -> Reason:
 
 # --- elementwise -------------------------------------------------------------
 
-def gelu(node: Node, facts: Facts) -> Reason:
-    approximate = node.kwargs.get("approximate", "none")
-    if approximate != "none":
-        return constraint(f"gelu approximate={approximate!r}; XNNPACK's gelu is the exact one")
-    return None
-
-
 def elu(node: Node, facts: Facts) -> Reason:
     if as_float(arg(node, 2, "scale", 1)) != 1 or as_float(arg(node, 3, "input_scale", 1)) != 1:
         return constraint("elu with scale or input_scale other than 1; XNNPACK's elu "
@@ -87,8 +80,9 @@ def add_sub(node: Node, facts: Facts) -> Reason:
 def power(node: Node, facts: Facts) -> Reason:
     exponent = node.args[1]
     if not isinstance(exponent, (int, float)) or float(exponent) not in POWERS:
-        return constraint(f"pow with exponent {exponent}; XNNPACK has operators for "
-                          "exponents 2, 0.5, -0.5 (and 1, -1) only")
+        return constraint(f"pow with exponent {exponent}; taken for exponents 1, 2, 3, 4, "
+                          "-1, 0.5 and -0.5 (XNNPACK's square, square root and reciprocal "
+                          "square root, and products of them)")
     return None
 
 
@@ -158,7 +152,8 @@ def addmm(node: Node, facts: Facts) -> Reason:
 
 RULES: dict[object, Rule] = {
     **{op: anything for op in (
-        aten.sigmoid.default, aten.tanh.default, aten.abs.default, aten.neg.default,
+        aten.sigmoid.default, aten.tanh.default, aten.gelu.default, aten.abs.default,
+        aten.neg.default,
         aten.sqrt.default, aten.rsqrt.default, aten.floor.default, aten.ceil.default,
         aten.exp.default, aten.log.default, aten.sin.default, aten.cos.default,
         aten.hardswish.default, aten.relu.default, aten.hardtanh.default, aten.clamp.default,
@@ -170,7 +165,6 @@ RULES: dict[object, Rule] = {
         aten.unsqueeze_copy.default, aten.select_copy.int, aten.cat.default,
         aten.mm.default, aten.bmm.default, aten.split_with_sizes_copy.default,
         aten.split_copy.Tensor, aten.unbind_copy.int)},
-    aten.gelu.default: gelu,
     aten.elu.default: elu,
     aten.add.Tensor: add_sub,
     aten.sub.Tensor: add_sub,

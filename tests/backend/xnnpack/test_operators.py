@@ -66,8 +66,11 @@ CASES: dict[str, tuple[nn.Module, tuple[tuple[int, ...], ...]]] = {
     "softmax_middle_dim": (nn.Softmax(1), ((2, 3, 4),)),
     "sum_and_mean_all": (Fn(lambda m, x: (x.sum((0, 2)), x.mean((1, 2), keepdim=True))),
                          ((2, 3, 4),)),
-    "reciprocal_and_powers": (Fn(lambda m, x: (x.abs() + 1).reciprocal() + x ** -1 + x ** 0.5),
-                              ((3, 4),)),
+    "reciprocal_and_powers": (Fn(lambda m, x: (x.abs() + 1).reciprocal() + x ** -1 + x ** 0.5
+                                 + x ** 3 - x ** 4 + x ** -0.5), ((3, 4),)),
+    "gelu_tanh": (nn.GELU(approximate="tanh"), ((3, 4),)),
+    "gelu_tanh_by_hand": (Fn(lambda m, x: 0.5 * x * (1 + torch.tanh(0.79788456 * (
+        x + 0.044715 * torch.pow(x, 3.0))))), ((3, 4),)),
     "sub_alpha_constant": (Fn(lambda m, x: torch.sub(x, torch.ones(4), alpha=2)), ((3, 4),)),
     "full_like_operand": (Fn(lambda m, x: x * torch.full_like(x, 0.25)), ((3, 4),)),
     "expand_middle": (Fn(lambda m, x: x.expand(2, 3, 4) + 0), ((2, 1, 4),)),
