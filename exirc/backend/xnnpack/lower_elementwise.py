@@ -17,7 +17,7 @@ import torch
 from torch.fx import Node
 
 from exirc.backend.xnnpack import layout as lay
-from exirc.backend.xnnpack.args import arg, as_float, as_node
+from exirc.backend.xnnpack.args import arg, as_float, as_ints, as_node
 from exirc.backend.xnnpack.builder import GraphBuilder, Operand, shape_of
 from exirc.backend.xnnpack.layout import Layout
 from exirc.serialize.xnnpack import graph as G
@@ -227,6 +227,51 @@ def emit_expand(b: GraphBuilder, node: Node) -> None:
     binary(b, G.NodeKind.MULTIPLY, node, source, torch.ones(ones_shape))
 
 
+def tile(b: GraphBuilder, node: Node, source: Node, factors: dict[int, int],
+         outer: bool) -> None:
+    """`node` = source with logical dim d copied factors[d] times: each whole
+    dim over again (`outer`, repeat) or each element in place (nearest
+    upsampling). XNNPACK has no tiling operator; give each copied dim an
+    axis of its own next to it, multiply by ones that long on those axes
+    (broadcasting copies exactly), and reshape. Any layout of source works."""
+    version = b.get(source)
+    rank = len(shape_of(node))
+    shape = [1] * (rank - len(shape_of(source))) + shape_of(source)
+    offset = rank - len(shape_of(source))
+    layout = tuple(range(offset)) + tuple(d + offset for d in version.layout)
+    spread, ones = [], []
+    for dim in layout:
+        copies = factors.get(dim, 1)
+        pieces = [(shape[dim], 1)]
+        if copies > 1:
+            pieces.insert(0 if outer else 1, (1, copies))
+        for size, count in pieces:
+            spread.append(size)
+            ones.append(count)
+    wide = b.binary_op(G.NodeKind.MULTIPLY, b.reshape(version.id, spread),
+                       b.static_value(torch.ones(ones)), owner=node)
+    b.define(node, b.reshape(wide, lay.physical_shape(shape_of(node), layout)), layout)
+
+
+def emit_repeat(b: GraphBuilder, node: Node) -> None:
+    repeats = as_ints(node.args[1])
+    tile(b, node, as_node(node.args[0]), dict(enumerate(repeats)), outer=True)
+
+
+def emit_clamp_tensor(b: GraphBuilder, node: Node) -> None:
+    """clamp with tensor bounds: maximum with the low one, minimum with the high one."""
+    source = as_node(node.args[0])
+    low, high = arg(node, 1, "min"), arg(node, 2, "max")
+    operands = [source] + [_operand(b, t) for t in (low, high) if t is not None]
+    layout = choose_layout(b, operands, len(shape_of(node)))
+    result = b.broadcast_operand(source, layout)
+    for kind, bound in ((G.NodeKind.MAXIMUM, low), (G.NodeKind.MINIMUM, high)):
+        if bound is not None:
+            result = b.binary_op(kind, result, b.broadcast_operand(_operand(b, bound), layout),
+                                 owner=node)
+    b.define(node, b.reshape(result, lay.physical_shape(shape_of(node), layout)), layout)
+
+
 EMITTERS: dict[object, Emitter] = {
     **{op: emit_unary for op in UNARY},
     **{op: emit_binary for op in BINARY},
@@ -241,4 +286,6 @@ EMITTERS: dict[object, Emitter] = {
     aten._to_copy.default: emit_same,
     aten.alias_copy.default: emit_same,
     aten.expand_copy.default: emit_expand,
+    aten.repeat.default: emit_repeat,
+    aten.clamp.Tensor: emit_clamp_tensor,
 }

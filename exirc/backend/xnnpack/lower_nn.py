@@ -16,9 +16,9 @@ import torch
 from torch.fx import Node
 
 from exirc.backend.xnnpack import layout as lay
-from exirc.backend.xnnpack.args import arg, as_float, as_int, as_node, pair
+from exirc.backend.xnnpack.args import arg, as_float, as_int, as_ints, as_node, pair
 from exirc.backend.xnnpack.builder import GraphBuilder, shape_of
-from exirc.backend.xnnpack.lower_elementwise import Emitter
+from exirc.backend.xnnpack.lower_elementwise import Emitter, tile
 from exirc.backend.xnnpack.weights import (
     ConvShape,
     batch_norm_affine,
@@ -52,6 +52,20 @@ def _statistics(b: GraphBuilder, bn: Node) -> tuple[Any, Any, Any, Any]:
     return weight, bias, mean, var
 
 
+def _zero_pad_of_spatial_dims(b: GraphBuilder, x: Node, spatial: int) -> Node | None:
+    """The input of x if x only zero-pads the last `spatial` dims for this
+    convolution alone: XNNPACK convolutions take padding per side, so the
+    pad (say, TensorFlow's asymmetric "same") costs no node of its own."""
+    if x.op != "call_function" or x.target != aten.constant_pad_nd.default \
+            or len(x.users) != 1:
+        return None
+    pads, value = as_ints(x.args[1]), arg(x, 2, "value", 0.0)
+    if (value or 0.0) != 0.0 or any(p < 0 for p in pads) or any(pads[2 * spatial:]):
+        return None
+    source = as_node(x.args[0])
+    return None if b.is_static(source) else source
+
+
 def emit_convolution(b: GraphBuilder, node: Node) -> None:
     x, w, bias = as_node(node.args[0]), as_node(node.args[1]), node.args[2]
     args: list[Any] = list(node.args[3:9])
@@ -66,6 +80,13 @@ def emit_convolution(b: GraphBuilder, node: Node) -> None:
                                          eps=as_float(bn.args[6]))
         b.fused.add(bn)
     one_d = weight.dim() == 3
+    # [top, bottom, left, right] added by a zero pad the convolution absorbs.
+    extra = [0, 0, 0, 0]
+    padded = _zero_pad_of_spatial_dims(b, x, 1 if one_d else 2)
+    if padded is not None and not conv.transposed:
+        pads = as_ints(x.args[1]) + [0, 0, 0, 0]
+        extra = [pads[2], pads[3], pads[0], pads[1]] if not one_d else [0, 0, pads[0], pads[1]]
+        x = padded
     if one_d:
         # A 1-d convolution is a 2-d one of height 1: NLC read as N,1,L,C.
         weight = weight.unsqueeze(2)
@@ -84,7 +105,8 @@ def emit_convolution(b: GraphBuilder, node: Node) -> None:
     kind = (G.NodeKind.DEPTHWISE_CONV2D if conv.depthwise else
             G.NodeKind.CONV_TRANSPOSE2D if conv.transposed else G.NodeKind.CONV2D)
     params = G.Conv(
-        padding_top=pad[0], padding_right=pad[1], padding_bottom=pad[0], padding_left=pad[1],
+        padding_top=pad[0] + extra[0], padding_right=pad[1] + extra[3],
+        padding_bottom=pad[0] + extra[1], padding_left=pad[1] + extra[2],
         kernel_height=int(weight.shape[2]), kernel_width=int(weight.shape[3]),
         subsampling_height=step[0], subsampling_width=step[1],
         dilation_height=dil[0], dilation_width=dil[1],
@@ -196,27 +218,12 @@ def emit_upsample_bilinear(b: GraphBuilder, node: Node) -> None:
 
 
 def emit_upsample_nearest(b: GraphBuilder, node: Node) -> None:
-    """Nearest upsampling by whole factors, which XNNPACK has no operator for:
-    reshape so each pixel gets an axis of its own, multiply by ones that are
-    the factor long on those axes (broadcasting copies the pixel exactly),
-    reshape back. Works in whatever layout the input has."""
+    """Nearest upsampling by whole factors (XNNPACK has no operator for it)
+    copies each pixel in place: a tiling, in whatever layout the input has."""
     x = as_node(node.args[0])
     in_shape, out_shape = shape_of(x), shape_of(node)
-    version = b.get(x)
-    factors = {2: out_shape[2] // in_shape[2], 3: out_shape[3] // in_shape[3]}
-    spread, ones = [], []
-    for dim in version.layout:
-        spread.append(in_shape[dim])
-        ones.append(1)
-        if dim in factors and factors[dim] > 1:
-            spread.append(1)
-            ones.append(factors[dim])
-    out_dims = lay.physical_shape(out_shape, version.layout)
-    wide = b.value([max(s, o) for s, o in zip(spread, ones)])
-    b.add_node(G.NodeKind.MULTIPLY, G.Node2x1(b.reshape(version.id, spread),
-                                              b.static_value(torch.ones(ones)), wide),
-               owner=node)
-    b.define(node, b.reshape(wide, out_dims), version.layout)
+    tile(b, node, x, {2: out_shape[2] // in_shape[2], 3: out_shape[3] // in_shape[3]},
+         outer=False)
 
 
 def emit_batch_norm(b: GraphBuilder, node: Node) -> None:

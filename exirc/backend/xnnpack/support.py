@@ -30,7 +30,8 @@ BACKEND_ID = "XnnpackBackend"
 MAX_RANK = 6  # XNN_MAX_TENSOR_DIMS
 MULTI_OUTPUT = (torch.ops.aten._native_batch_norm_legit_no_training.default,
                 torch.ops.aten.max_pool2d_with_indices.default,
-                torch.ops.aten.native_layer_norm.default)
+                torch.ops.aten.native_layer_norm.default,
+                torch.ops.aten.native_group_norm.default)
 ALL_RULES: dict[object, Rule] = {**RULES, **NN_RULES}
 """Every Edge operator XnnpackSupport may take, with its constraints."""
 
@@ -73,7 +74,8 @@ class XnnpackSupport:
         if isinstance(source, Node) and source.target in SPLITS:
             return self._reason(source, facts)
         if not isinstance(source, Node) or source.target not in MULTI_OUTPUT:
-            return "op", "only getitems of splits, batch norm, max pooling or layer norm are taken"
+            return "op", "only getitems of splits, batch norm, max pooling or layer/group norm " \
+                         "are taken"
         if node.args[1] != 0:
             return "constraint", (f"output {node.args[1]} of {op_name(source)} is used; "
                                   "XNNPACK computes output 0 only")

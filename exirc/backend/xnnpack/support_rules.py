@@ -132,6 +132,22 @@ def reduction(node: Node, facts: Facts) -> Reason:
     return None
 
 
+def group_norm(node: Node, facts: Facts) -> Reason:
+    for param in node.args[1:3]:
+        if param is not None and not facts.is_constant(param):
+            return constraint("group norm weight or bias computed at run time; "
+                              "taken as constants only")
+    return only_first_output_used(node)
+
+
+def repeat(node: Node, facts: Facts) -> Reason:
+    repeats = as_ints(node.args[1])
+    rank = len(repeats) + sum(r > 1 for r in repeats)
+    if rank > 6:
+        return constraint(f"repeat {repeats} needs rank {rank} to tile; XNNPACK takes at most 6")
+    return None
+
+
 def layer_norm(node: Node, facts: Facts) -> Reason:
     for param in node.args[2:4]:
         if param is not None and not facts.is_constant(param):
@@ -164,7 +180,7 @@ RULES: dict[object, Rule] = {
         aten.squeeze_copy.dim, aten.squeeze_copy.dims, aten.squeeze_copy.default,
         aten.unsqueeze_copy.default, aten.select_copy.int, aten.cat.default,
         aten.mm.default, aten.bmm.default, aten.split_with_sizes_copy.default,
-        aten.split_copy.Tensor, aten.unbind_copy.int)},
+        aten.split_copy.Tensor, aten.unbind_copy.int, aten.clamp.Tensor)},
     aten.elu.default: elu,
     aten.add.Tensor: add_sub,
     aten.sub.Tensor: add_sub,
@@ -177,6 +193,8 @@ RULES: dict[object, Rule] = {
     aten.mean.dim: reduction,
     aten.sum.dim_IntList: reduction,
     aten.native_layer_norm.default: layer_norm,
+    aten.native_group_norm.default: group_norm,
+    aten.repeat.default: repeat,
     aten.addmm.default: addmm,
 }
 """Edge operator -> its rule (the image operators' rules are support_nn.NN_RULES)."""

@@ -75,7 +75,26 @@ CASES: dict[str, tuple[nn.Module, tuple[tuple[int, ...], ...]]] = {
     "full_like_operand": (Fn(lambda m, x: x * torch.full_like(x, 0.25)), ((3, 4),)),
     "expand_middle": (Fn(lambda m, x: x.expand(2, 3, 4) + 0), ((2, 1, 4),)),
     "select_last_dim": (Fn(lambda m, x: x.select(-1, 1) * 2), ((2, 3, 4),)),
+    "group_norm": (nn.GroupNorm(2, 4), (IMAGE,)),
+    "group_norm_without_affine": (nn.GroupNorm(4, 4, affine=False), ((2, 4, 5),)),
+    "repeat": (Fn(lambda m, x: x.repeat(2, 1, 3) + 0), ((2, 3),)),
+    "clamp_by_tensors": (Fn(lambda m, x, lo: torch.clamp(x, lo, lo + 1)), (IMAGE, (4, 1, 1))),
+    "asymmetric_pad_into_conv": (Fn(lambda m, x: m.c(F.pad(x, (0, 1, 2, 1))), c=nn.Conv2d(4, 2, 3)),
+                                 (IMAGE,)),
+    "pad_into_conv1d": (Fn(lambda m, x: m.c(F.pad(x, (2, 0))), c=nn.Conv1d(4, 2, 3)), ((1, 4, 6),)),
     "relu_chain_fused": (Fn(lambda m, x: F.relu(F.hardtanh(x + 1, -2, 2))), ((3, 4),)),
+}
+
+
+# The nodes some cases must come to (the point of how they are lowered).
+KINDS = {
+    "asymmetric_pad_into_conv": {"STATIC_TRANSPOSE": 2, "CONV2D": 1},
+    "pad_into_conv1d": {"STATIC_TRANSPOSE": 2, "STATIC_RESHAPE": 2, "CONV2D": 1},
+    "conv_without_bias_then_clamp": {"STATIC_TRANSPOSE": 2, "CONV2D": 1},
+    "linear_3d_relu": {"FULLY_CONNECTED": 1},
+    "relu_chain_fused": {"ADD": 1},
+    "gelu_tanh": {"SQUARE": 1, "MULTIPLY": 3, "ADD": 1, "SIGMOID": 1},
+    "repeat": {"STATIC_RESHAPE": 2, "MULTIPLY": 1, "ADD": 1},
 }
 
 
@@ -87,6 +106,9 @@ def test_operator(name: str) -> None:
     if name == "reciprocal_and_powers":
         inputs = tuple(i.abs() + 0.5 for i in inputs)
     low = lower_whole(module, inputs)
+    if name in KINDS:
+        assert low.result.summary is not None
+        assert low.result.summary.op_kinds == KINDS[name]
     want = eager(module, inputs)
     from exirc.runtime import load
 
