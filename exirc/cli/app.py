@@ -8,6 +8,7 @@ and `inspect` stay fast, and commands that need torch import it lazily.
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 
@@ -65,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit code (never raises)."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    if not debug:
+        # torchao, which transformers imports when it is installed, warns on
+        # stderr about its optional CUDA kernels on every import, and makes
+        # torch's pytree log a deprecation: not the user's business.
+        for noisy in ("torchao", "torch.utils._pytree"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
         result = cli.main(args=args, prog_name="exirc", standalone_mode=False)
         return result if isinstance(result, int) else 0
