@@ -68,12 +68,38 @@ def unary(b: GraphBuilder, kind: G.NodeKind, node: Node, source: Operand,
     b.define(node, out, version.layout)
 
 
-def choose_layout(b: GraphBuilder, operands: Sequence[Operand], rank: int) -> Layout:
+# Users that read their input (argument 0) in one layout: NHWC for the
+# image operators, PyTorch's for reshapes and matrix products.
+NHWC_READERS = frozenset({
+    aten.convolution.default, aten.max_pool2d.default, aten.max_pool2d_with_indices.default,
+    aten.avg_pool2d.default, aten._adaptive_avg_pool2d.default,
+    aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default})
+PLAIN_READERS = frozenset({aten.view_copy.default, aten.mm.default, aten.bmm.default,
+                           aten.native_group_norm.default})
+
+
+def demands(node: Node) -> list[Layout]:
+    """The layouts `node`'s users will ask for (the partition's output: PyTorch's)."""
+    rank = len(shape_of(node))
+    wants = []
+    for user in node.users:
+        if user.op == "output" or (user.target in PLAIN_READERS and user.args[0] is node):
+            wants.append(lay.identity(rank))
+        elif user.target in NHWC_READERS and user.args[0] is node and rank in (3, 4):
+            wants.append(lay.channels_last(rank))
+    return wants
+
+
+def choose_layout(b: GraphBuilder, operands: Sequence[Operand], rank: int,
+                  node: Node | None = None) -> Layout:
     """The layout, among those the runtime operands already have, that needs
-    the fewest conversions (ties: the first operand's)."""
+    the fewest conversions of the operands and, for `node`'s result, of what
+    its users will ask for (ties: the first operand's)."""
     runtime = [x for x in operands if isinstance(x, Node) and not b.is_static(x)]
     candidates = [v.layout for x in runtime if len(shape_of(x)) == rank for v in b.versions(x)]
     candidates.append(lay.identity(rank))
+    wanted = demands(node) if node is not None else []
+    shape = shape_of(node) if node is not None else []
 
     def cost(layout: Layout) -> int:
         missing = 0
@@ -81,7 +107,7 @@ def choose_layout(b: GraphBuilder, operands: Sequence[Operand], rank: int) -> La
             want = lay.project(layout, rank, len(shape_of(x)))
             if not any(v.layout == want for v in b.versions(x)):
                 missing += 1
-        return missing
+        return missing + sum(not lay.same_memory(shape, w, layout) for w in wanted)
 
     return min(candidates, key=cost)
 
@@ -90,7 +116,7 @@ def binary(b: GraphBuilder, kind: G.NodeKind, node: Node, first: Operand, second
            min_max: tuple[float, float] | None = None) -> None:
     """`node` = kind(first, second) with broadcasting, in a shared layout."""
     out_shape = shape_of(node)
-    layout = choose_layout(b, [first, second], len(out_shape))
+    layout = choose_layout(b, [first, second], len(out_shape), node)
     a = b.broadcast_operand(first, layout)
     c = b.broadcast_operand(second, layout)
     out = b.value(lay.physical_shape(out_shape, layout))
@@ -263,7 +289,7 @@ def emit_clamp_tensor(b: GraphBuilder, node: Node) -> None:
     source = as_node(node.args[0])
     low, high = arg(node, 1, "min"), arg(node, 2, "max")
     operands = [source] + [_operand(b, t) for t in (low, high) if t is not None]
-    layout = choose_layout(b, operands, len(shape_of(node)))
+    layout = choose_layout(b, operands, len(shape_of(node)), node)
     result = b.broadcast_operand(source, layout)
     for kind, bound in ((G.NodeKind.MAXIMUM, low), (G.NodeKind.MINIMUM, high)):
         if bound is not None:

@@ -110,7 +110,7 @@ def emit_cat(b: GraphBuilder, node: Node) -> None:
     if len(tensors) == 1:
         b.alias(node, tensors[0])
         return
-    layout = choose_layout(b, tensors, rank)
+    layout = choose_layout(b, tensors, rank, node)
     ids = [b.get(t, layout).id for t in tensors]
     axis = lay.axis_of(layout, dim)
     sizes = [shape_of(t)[dim] for t in tensors]

@@ -41,6 +41,9 @@ CASES: dict[str, tuple[Any, tuple[int, ...], int]] = {
     "same_result_twice": (lambda y, x: (y, y), (), 2),      # and a copy
     "input_returned_as_a_copy": (lambda y, x: (torch.sigmoid(y), x.clone()), (), 2),
     "pad_and_pool_in_nhwc": (lambda y, x: F.max_pool2d(F.pad(y, (1, 1, 1, 1)), 2), (), 2),
+    # The add runs in PyTorch's layout: its result is an output, so the
+    # convolution's result is converted rather than y and the sum.
+    "add_for_an_output": (lambda y, x, z: y + z, (1, 4, 5, 5), 2),
     "transposed_back_and_forth": (lambda y, x: y.transpose(1, 3).transpose(1, 3) + 1, (), 2),
 }
 
