@@ -60,12 +60,23 @@ INF = math.inf
 
 def unary(b: GraphBuilder, kind: G.NodeKind, node: Node, source: Operand,
           params: Callable[[int, int], G.NodeParams] | None = None) -> None:
-    """`node` = kind(source), in the layout source already has."""
-    version = b.get(source)
+    """`node` = kind(source), in a layout source already has (the one its
+    users want, when it has several)."""
+    version = b.get(source, _existing_layout(b, source, node))
     out = b.value(lay.physical_shape(shape_of(node), version.layout))
     made = params(version.id, out) if params is not None else G.Node1x1(version.id, out)
     b.add_node(kind, made, owner=node)
     b.define(node, out, version.layout)
+
+
+def _existing_layout(b: GraphBuilder, source: Operand, node: Node) -> Layout | None:
+    """Of source's copies, the layout that suits node's users best (None: any)."""
+    if not isinstance(source, Node) or b.is_static(source) or len(b.versions(source)) < 2:
+        return None
+    wanted = demands(node)
+    shape = shape_of(node)
+    return min((v.layout for v in b.versions(source)),
+               key=lambda layout: sum(not lay.same_memory(shape, w, layout) for w in wanted))
 
 
 # Users that read their input (argument 0) in one layout: NHWC for the

@@ -44,6 +44,9 @@ CASES: dict[str, tuple[Any, tuple[int, ...], int]] = {
     # The add runs in PyTorch's layout: its result is an output, so the
     # convolution's result is converted rather than y and the sum.
     "add_for_an_output": (lambda y, x, z: y + z, (1, 4, 5, 5), 2),
+    # The sigmoid reads the NCHW copy the flatten made, as its result is an output.
+    "unary_picks_the_copy_its_users_want": (
+        lambda y, x: (y.flatten(1), torch.sigmoid(y)), (), 2),
     "transposed_back_and_forth": (lambda y, x: y.transpose(1, 3).transpose(1, 3) + 1, (), 2),
 }
 
