@@ -55,7 +55,8 @@ def shape_of(x: Operand) -> list[int]:
 
 @dataclass
 class GraphBuilder:
-    """Builds one XNNGraph; `constants` are the partition's weights by placeholder name."""
+    """Backend-dialect partition -> XNNGraph, value by value (the emitters drive
+    it); `constants` are the partition's weights by placeholder name."""
 
     constants: dict[str, torch.Tensor]
     graph: G.XNNGraph = field(default_factory=G.XNNGraph)
