@@ -41,8 +41,8 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from bench.common import Row, against_references, bench_threads, median_time  # noqa: E402
-from exirc.serialize import program as P  # noqa: E402
 from exirc.runtime import load  # noqa: E402
+from exirc.serialize import program as P  # noqa: E402
 from exirc.serialize.program import CONSTANT_ALIGNMENT  # noqa: E402
 from exirc.serialize.writer import serialize  # noqa: E402
 
