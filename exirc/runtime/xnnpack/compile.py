@@ -14,16 +14,22 @@ anything runs; `execute` then only has to follow the list.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from exirc.errors import FormatError, UnsupportedOperatorError
-from exirc.runtime.arenas import available_memory
-from exirc.runtime.xnnpack import attention, elementwise, linear, pooling, shapes
+from exirc.runtime.xnnpack import (
+    attention,
+    elementwise,
+    linear,
+    pooling,
+    qlinear,
+    qother,
+    shapes,
+)
 from exirc.runtime.xnnpack.constants import (
     FLOAT_TYPES,
     STORAGE_TYPES,
@@ -32,7 +38,13 @@ from exirc.runtime.xnnpack.constants import (
 )
 from exirc.runtime.xnnpack.context import Env, NodeContext, Op
 from exirc.runtime.xnnpack.convert import build_convert
-from exirc.runtime.xnnpack.shapes import MAX_DIMS
+from exirc.runtime.xnnpack.fuse import fuse_clamps
+from exirc.runtime.xnnpack.quant import (
+    STATIC_TYPES,
+    build_quantized_convert,
+    is_static_quantized,
+)
+from exirc.runtime.xnnpack.shapecheck import ShapeCheck
 from exirc.serialize.xnnpack import graph as G
 
 Builder = Callable[[NodeContext], Op]
@@ -46,6 +58,14 @@ BUILDERS: dict[G.NodeKind, Builder] = {
     G.NodeKind.CONVERT: build_convert,
 }
 """How each node kind becomes a closure."""
+
+QUANTIZED_BUILDERS: dict[G.NodeKind, Builder] = {
+    **qlinear.BUILDERS,
+    **qother.BUILDERS,
+    G.NodeKind.CONVERT: build_quantized_convert,
+}
+"""Builders for nodes with quantized values (data movement handles them itself; every
+other kind refuses them by name)."""
 
 NARROW = (torch.float16, torch.bfloat16)
 
@@ -83,23 +103,29 @@ class CompiledGraph:
 def compile_graph(graph: G.XNNGraph, source: ConstantSource) -> CompiledGraph:
     """Check `graph` and compile it; constants come from `source`."""
     where = source.where
-    slots = _slots(graph, where)
-    _check_sizes(graph, where)
+    nodes = fuse_clamps(graph)
+    slots = _pointwise_dynamic_inputs(nodes, _slots(graph, where))
     constants = {v.id_out: source.tensor(v) for v in graph.values if v.constant_buffer_idx}
     inputs, outputs = _externals(graph, slots, where)
-    # The shape check: the same builders over meta tensors of the declared dims.
+    # Built twice: first over meta tensors, each node run as it is built (the shape
+    # check, which also infers the shapes builders see); then over the real weights.
     meta = {value_id: torch.empty(t.shape, dtype=t.dtype, device="meta")
             for value_id, t in constants.items()}
-    meta_ops, _, written = _build(graph, slots, meta, inputs, where)
-    _check_shapes(graph, slots, meta_ops, written, meta, inputs, where)
-    ops, labels, _ = _build(graph, slots, constants, inputs, where)
+    check = ShapeCheck(graph, slots, meta, [(e.slot, e.dtype, e.dims) for e in inputs], where)
+    _build(graph, nodes, slots, meta, inputs, source, check.shapes, check)
+    for external in outputs:
+        check.check_output(external.slot)
+    ops, labels = _build(graph, nodes, slots, constants, inputs, source, check.shapes, None)
     template: Env = [None] * len(graph.values)
     for value_id, tensor in constants.items():
         template[slots[value_id][0]] = tensor
     return CompiledGraph(ops, labels, template, inputs, outputs, len(inputs) + len(outputs))
 
 
-def _slots(graph: G.XNNGraph, where: str) -> dict[int, tuple[int, G.TensorValue]]:
+Slots = dict[int, tuple[int, G.TensorValue]]
+
+
+def _slots(graph: G.XNNGraph, where: str) -> Slots:
     """Each value's slot (its position in the values), by id."""
     slots: dict[int, tuple[int, G.TensorValue]] = {}
     for i, value in enumerate(graph.values):
@@ -108,6 +134,27 @@ def _slots(graph: G.XNNGraph, where: str) -> dict[int, tuple[int, G.TensorValue]
                               "used twice", field=f"{where}.values")
         slots[value.id_out] = (i, value)
     return slots
+
+
+def _pointwise_dynamic_inputs(nodes: list[tuple[int, G.Node]], slots: Slots) -> Slots:
+    """XNNPACK runs a 1x1, unit-stride, unpadded, ungrouped convolution as a matrix
+    product, and then quantizes its dynamically quantized input per pixel (as for a
+    fully connected node) whatever `num_nonbatch_dims` the blob says; so do we."""
+    result = dict(slots)
+    for _, node in nodes:
+        p = node.params
+        if node.kind != G.NodeKind.CONV2D or not isinstance(p, G.Conv):
+            continue
+        entry = result.get(p.input1_id)
+        pointwise = (p.kernel_height == p.kernel_width == p.subsampling_height
+                     == p.subsampling_width == p.groups == 1
+                     and not (p.padding_top or p.padding_right or p.padding_bottom
+                              or p.padding_left))
+        if entry is not None and pointwise and isinstance(entry[1].quant,
+                                                          G.PerTokenDynamicQuant):
+            value = dataclasses.replace(entry[1], quant=G.PerTokenDynamicQuant(1))
+            result[p.input1_id] = (entry[0], value)
+    return result
 
 
 def _externals(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
@@ -129,11 +176,15 @@ def _externals(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
                 raise FormatError(f"external {role} {value_id} is a constant",
                                   field=f"{where}.{role}_ids")
             dtype = EXTERNAL_TYPES.get(value.datatype)
-            if dtype is None or value.quant is not None:
+            if is_static_quantized(value):  # integers, e.g. a quantized constant of the program
+                dtype = STATIC_TYPES[value.datatype]
+            elif value.quant is not None:
+                dtype = None
+            if dtype is None:
                 raise UnsupportedOperatorError(
                     f"XNNPACK delegate {role} {value_id} has datatype "
-                    f"{datatype_name(value.datatype)}; exirc's XNNPACK backend takes float "
-                    "(and int32) inputs and outputs only")
+                    f"{datatype_name(value.datatype)}; exirc's XNNPACK backend takes float, "
+                    "int32 and per-tensor quantized inputs and outputs only")
             externals.append(External(value.external_id, slot, value_id, dtype,
                                       tuple(value.dims)))
         result.append(externals)
@@ -150,17 +201,22 @@ def _externals(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
     return inputs, outputs
 
 
-def _build(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
-           constants: dict[int, torch.Tensor], inputs: list[External], where: str
-           ) -> tuple[list[Op], list[str], list[list[int]]]:
+def _build(graph: G.XNNGraph, nodes: list[tuple[int, G.Node]], slots: Slots,
+           constants: dict[int, torch.Tensor], inputs: list[External], source: ConstantSource,
+           shapes: dict[int, tuple[int, ...]], check: ShapeCheck | None
+           ) -> tuple[list[Op], list[str]]:
+    where = source.where
     defined = {slots[value_id][0] for value_id in constants} | {e.slot for e in inputs}
     # Nodes compute in float32: fp16 and bf16 constants are converted once, here.
     computed = {value_id: t.float() if t.dtype in NARROW else t
                 for value_id, t in constants.items()}
-    ops, labels, written = [], [], []
-    for i, node in enumerate(graph.nodes):
-        ctx = NodeContext(i, node, slots, defined, computed, f"{where}.nodes[{i}]")
+    ops, labels = [], []
+    for i, node in nodes:
+        ctx = NodeContext(i, node, slots, defined, computed, f"{where}.nodes[{i}]", source,
+                          shapes)
         builder = BUILDERS.get(node.kind)
+        if _quantized(node, slots) and node.kind in QUANTIZED_BUILDERS:
+            builder = QUANTIZED_BUILDERS[node.kind]
         if builder is None:
             raise ctx.unsupported("exirc does not implement this node kind")
         expected = G.PARAMS_OF_KIND.get(node.kind)
@@ -170,14 +226,25 @@ def _build(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
         if ctx.narrow and node.kind not in MOVES_DATA:
             op = _narrow(op, ctx.reads, [(slot, STORAGE_TYPES[graph.values[slot].datatype])
                                          for slot in ctx.written])
+        if check is not None:
+            check.after(i, ctx.label, op, ctx.written)
         ops.append(op)
         labels.append(ctx.label)
-        written.append(ctx.written)
     for value_id in graph.output_ids:
         if slots[value_id][0] not in defined:
             raise FormatError(f"external output {value_id} is never written by a node",
                               field=f"{where}.output_ids")
-    return ops, labels, written
+    return ops, labels
+
+
+def _quantized(node: G.Node, slots: dict[int, tuple[int, G.TensorValue]]) -> bool:
+    """Whether any value the node names is quantized."""
+    for field in dataclasses.fields(node.params):
+        if field.name.endswith("_id"):
+            entry = slots.get(getattr(node.params, field.name))
+            if entry is not None and entry[1].datatype not in EXTERNAL_TYPES:
+                return True
+    return False
 
 
 def _narrow(op: Op, reads: list[int], writes: list[tuple[int, torch.dtype]]) -> Op:
@@ -202,51 +269,3 @@ def _narrow(op: Op, reads: list[int], writes: list[tuple[int, torch.dtype]]) -> 
         for slot, dtype in writes:
             env[slot] = env[slot].to(dtype)
     return run
-
-
-def _check_shapes(graph: G.XNNGraph, slots: dict[int, tuple[int, G.TensorValue]],
-                  ops: list[Op], written: list[list[int]], constants: dict[int, torch.Tensor],
-                  inputs: list[External], where: str) -> None:
-    env: list[Any] = [None] * len(graph.values)
-    for value_id, tensor in constants.items():
-        env[slots[value_id][0]] = tensor
-    for e in inputs:
-        env[e.slot] = torch.empty(e.dims, dtype=e.dtype, device="meta")
-    for i, (op, slots_written) in enumerate(zip(ops, written)):
-        label = f"node {i} ({graph.nodes[i].kind.name.lower()})"
-        try:
-            op(env)
-        except Exception as error:  # noqa: BLE001 (torch's shape checks, any kind)
-            detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise FormatError(f"{label} does not fit its values' dims: {detail}",
-                              field=f"{where}.nodes[{i}]") from None
-        for slot in slots_written:
-            value = graph.values[slot]
-            result = env[slot]
-            declared = list(value.dims)
-            if not isinstance(result, torch.Tensor) or list(result.shape) != declared:
-                shape = list(result.shape) if isinstance(result, torch.Tensor) else result
-                raise FormatError(f"{label} produces dims {shape} for value {value.id_out}, "
-                                  f"which declares {declared}", field=f"{where}.nodes[{i}]")
-            expected = STORAGE_TYPES.get(value.datatype)
-            if result.dtype != expected:
-                raise FormatError(f"{label} produces {result.dtype} for value {value.id_out}, "
-                                  f"which is {datatype_name(value.datatype)}",
-                                  field=f"{where}.nodes[{i}]")
-
-
-def _check_sizes(graph: G.XNNGraph, where: str) -> None:
-    """Refuse values larger than the memory there is, before a call tries to allocate them:
-    a hostile blob can declare terabytes in a few bytes."""
-    limit = available_memory()
-    if limit is None:
-        return
-    for i, value in enumerate(graph.values):
-        if len(value.dims) > MAX_DIMS:
-            raise FormatError(f"value {value.id_out} has {len(value.dims)} dims; XNNPACK "
-                              f"tensors have at most {MAX_DIMS}", field=f"{where}.values[{i}]")
-        nbytes = math.prod(value.dims) * STORAGE_TYPES.get(value.datatype, torch.uint8).itemsize
-        if nbytes > limit:
-            raise FormatError(f"value {value.id_out} has dims {list(value.dims)}: {nbytes} "
-                              f"bytes, more than the {limit} bytes of memory available",
-                              field=f"{where}.values[{i}]")

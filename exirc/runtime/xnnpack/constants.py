@@ -5,7 +5,7 @@ blob's own constant region (`ConstantDataOffset.offset`) or in the program's
 named data (`named_key`; ExecuTorch stores XNNPACK weights there, keyed by
 their sha256, so that a weight shared by two delegates is stored once). We
 check that the bytes found are exactly what the value's dims and datatype
-need, then view them as a tensor without copying when we may (a writable,
+need (at least), then view them as a tensor without copying when we may (a writable,
 suitably aligned buffer: a program loaded from a file is mapped
 copy-on-write) and copy them once otherwise. Nothing is copied per call.
 """
@@ -97,8 +97,8 @@ class ConstantSource:
                               f"{max(len(entries) - 1, 0)} (1 to {len(entries) - 1})",
                               field=self.where)
         entry = entries[buffer_idx]
-        if entry.size != nbytes:
-            raise FormatError(f"{what} needs {nbytes} bytes, but its constant holds "
+        if entry.size < nbytes:  # more is fine: ExecuTorch records a tensor's whole storage
+            raise FormatError(f"{what} needs {nbytes} bytes, but its constant holds only "
                               f"{entry.size}", field=field)
         if entry.is_named:
             if self.named is None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from exirc.errors import FormatError, UnsupportedOperatorError
-from exirc.runtime.xnnpack.constants import FLOAT_TYPES, datatype_name
+from exirc.runtime.xnnpack.constants import FLOAT_TYPES, ConstantSource, datatype_name
 from exirc.serialize.xnnpack import graph as G
 
 Env = list[Any]
@@ -41,7 +41,9 @@ class NodeContext:
     """One node being compiled: its values by id, and the checks on them."""
 
     def __init__(self, index: int, node: G.Node, values: dict[int, tuple[int, G.TensorValue]],
-                 defined: set[int], constants: dict[int, torch.Tensor], where: str) -> None:
+                 defined: set[int], constants: dict[int, torch.Tensor], where: str,
+                 source: ConstantSource | None = None,
+                 shapes: dict[int, tuple[int, ...]] | None = None) -> None:
         self.index = index
         self.node = node
         self.kind = node.kind
@@ -49,6 +51,8 @@ class NodeContext:
         self._defined = defined
         self._constants = constants
         self.where = where
+        self.source = source  # for quantization scales kept as constants
+        self._shapes = shapes if shapes is not None else {}  # inferred dims, by slot
         self.written: list[int] = []  # slots this node writes, in order
         self.reads: list[int] = []  # slots this node reads
         self.narrow = False  # it touches fp16 or bf16 values
@@ -66,8 +70,9 @@ class NodeContext:
     def unsupported(self, message: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError(
             f"XNNPACK {self.label}: {message}",
-            hint="exirc's XNNPACK backend runs float32 graphs; lower the model for XNNPACK "
-                 "without quantization, or leave this part of it to the portable kernels")
+            hint="exirc's XNNPACK backend runs float graphs and the quantized nodes "
+                 "ExecuTorch's quantizers emit (see `exirc.runtime.xnnpack`); lower this part "
+                 "of the model without quantization, or leave it to the portable kernels")
 
     # -- values --------------------------------------------------------------
 
@@ -112,6 +117,11 @@ class NodeContext:
         return self._constants.get(value_id)
 
     def dims(self, value_id: int) -> list[int]:
+        """The value's dims: as inferred from the graph's inputs once an earlier node
+        produced it (see `shapecheck`), else as declared."""
+        entry = self._values.get(value_id)
+        if entry is not None and entry[0] in self._shapes:
+            return list(self._shapes[entry[0]])
         return list(self.value(value_id, "value").dims)
 
     # -- datatypes -----------------------------------------------------------
@@ -128,8 +138,8 @@ class NodeContext:
             if value.datatype not in FLOAT_TYPES or value.quant is not None:
                 raise self.unsupported(
                     f"its {role} (value {value_id}) has datatype "
-                    f"{datatype_name(value.datatype)}; quantized XNNPACK graphs are not "
-                    "supported yet")
+                    f"{datatype_name(value.datatype)}; exirc implements this kind on float "
+                    "values only")
             if value.datatype != G.Datatype.FP32:
                 self.narrow = True
 

@@ -1,10 +1,8 @@
 """Convert: a change of datatype.
 
 Between float datatypes it is a cast (fp32 to fp16 rounds to nearest even,
-as XNNPACK's does). Between float and quantized datatypes
-it is how XNNPACK graphs quantize their inputs and dequantize their outputs;
-those graphs are refused at init (see `NodeContext.require_float`), never
-run with a guessed arithmetic.
+as XNNPACK's does). Between float and quantized datatypes it is how XNNPACK
+graphs quantize and dequantize: see `quant.build_quantized_convert`.
 """
 
 from __future__ import annotations

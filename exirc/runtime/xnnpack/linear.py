@@ -19,6 +19,7 @@ padding only, so asymmetric padding is applied explicitly (zeros).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -107,125 +108,112 @@ def _expect_dims(ctx: NodeContext, value_id: int, role: str, expected: list[int 
         raise ctx.fail(f"its {role} has dims {dims}, expected [{shown}]")
 
 
-def build_convolution(ctx: NodeContext) -> Op:
-    """Conv2D and DepthwiseConv2D: torch's conv2d on an NCHW view."""
-    p = ctx.node.params
-    assert isinstance(p, G.Conv)
-    ctx.check_flags(p.flags)
+@dataclass(frozen=True)
+class ConvGeometry:
+    """What a convolution's parameters mean, checked: channel counts, the filter's
+    layout change, and the convolution itself (on NCHW values).
+
+    A deconvolution's output is (in - 1) * stride + adjustment + dilation * (k - 1)
+    + 1 - pad_before - pad_after; its adjustment rows and columns (bottom, right)
+    receive no filter taps, only the bias.
+    """
+
+    kind: G.NodeKind
+    channels_in: int
+    channels_out: int
+    kernel: tuple[int, int]
+    padding: tuple[int, int, int, int]  # top, right, bottom, left
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    group_channels: tuple[int, int]  # in, out
+    adjustment: tuple[int, int]
+
+    def to_torch(self, f: torch.Tensor) -> torch.Tensor:
+        """XNNPACK's filter -> torch's layout, contiguous."""
+        if self.kind == G.NodeKind.DEPTHWISE_CONV2D:  # [1, KH, KW, C*M] -> [C*M, 1, KH, KW]
+            return f.permute(3, 0, 1, 2).contiguous()
+        if self.kind == G.NodeKind.CONV2D:  # [O, KH, KW, I/G] -> [O, I/G, KH, KW]
+            return f.permute(0, 3, 1, 2).contiguous()
+        # Deconvolution: [G*Og, KH, KW, Ig] -> [G*Ig, Og, KH, KW]
+        (kh, kw), g, (gin, gout) = self.kernel, self.groups, self.group_channels
+        f = f.permute(0, 3, 1, 2).reshape(g, gout, gin, kh, kw).transpose(1, 2)
+        return f.reshape(g * gin, gout, kh, kw).contiguous()
+
+    def convolve(self, value: torch.Tensor, weight: torch.Tensor,
+                 bias: torch.Tensor | None) -> torch.Tensor:
+        top, right, bottom, left = self.padding
+        symmetric = top == bottom and left == right
+        if self.kind != G.NodeKind.CONV_TRANSPOSE2D:
+            if symmetric:
+                return F.conv2d(value, weight, bias, self.stride, (top, left), self.dilation,
+                                self.groups)
+            value = F.pad(value, (left, right, top, bottom))
+            return F.conv2d(value, weight, bias, self.stride, 0, self.dilation, self.groups)
+        if symmetric:
+            return F.conv_transpose2d(value, weight, bias, self.stride, (top, left),
+                                      self.adjustment, self.groups, self.dilation)
+        full = F.conv_transpose2d(value, weight, bias, self.stride, 0, self.adjustment,
+                                  self.groups, self.dilation)
+        height, width = full.shape[2], full.shape[3]
+        if top + bottom >= height or left + right >= width:
+            raise ValueError(f"padding ({top}, {right}, {bottom}, {left}) leaves no output "
+                             f"of a {height}x{width} deconvolution")
+        return full[:, :, top:height - bottom, left:width - right]
+
+
+def conv_geometry(ctx: NodeContext, p: G.Conv) -> ConvGeometry:
+    """Check a convolution's parameters against its input and filter dims."""
     _positive(ctx, kernel_height=p.kernel_height, kernel_width=p.kernel_width,
               subsampling_height=p.subsampling_height, subsampling_width=p.subsampling_width,
               dilation_height=p.dilation_height, dilation_width=p.dilation_width,
               groups=p.groups, group_input_channels=p.group_input_channels,
               group_output_channels=p.group_output_channels)
-    ids = [(p.input1_id, "input"), (p.filter_id, "filter"), (p.output_id, "output")]
-    if p.bias_id != G.INVALID_VALUE_ID:
-        ids.append((p.bias_id, "bias"))
-    ctx.require_float(ids)
     kh, kw = p.kernel_height, p.kernel_width
+    groups, gin, gout = p.groups, p.group_input_channels, p.group_output_channels
     if ctx.kind == G.NodeKind.DEPTHWISE_CONV2D:
         # As ExecuTorch's runtime defines it: C = groups input channels,
         # M = Og / Ig outputs per channel, filter [1, KH, KW, C*M].
-        multiplier = p.group_output_channels // p.group_input_channels
+        multiplier = gout // gin
         if multiplier < 1:
-            raise ctx.fail(f"its depth multiplier ({p.group_output_channels} / "
-                           f"{p.group_input_channels}) is 0")
-        channels_in, channels_out = p.groups, p.groups * multiplier
+            raise ctx.fail(f"its depth multiplier ({gout} / {gin}) is 0")
+        channels_in, channels_out = groups, groups * multiplier
         _expect_dims(ctx, p.filter_id, "filter", [1, kh, kw, channels_out])
-
-        def to_torch(f: torch.Tensor) -> torch.Tensor:
-            return f.permute(3, 0, 1, 2).contiguous()
     else:
-        channels_in = p.groups * p.group_input_channels
-        channels_out = p.groups * p.group_output_channels
-        _expect_dims(ctx, p.filter_id, "filter",
-                     [channels_out, kh, kw, p.group_input_channels])
-
-        def to_torch(f: torch.Tensor) -> torch.Tensor:
-            return f.permute(0, 3, 1, 2).contiguous()
+        channels_in, channels_out = groups * gin, groups * gout
+        _expect_dims(ctx, p.filter_id, "filter", [channels_out, kh, kw, gin])
+    if ctx.kind == G.NodeKind.CONV_TRANSPOSE2D and (
+            p.adjustment_height >= p.subsampling_height
+            or p.adjustment_width >= p.subsampling_width):
+        raise ctx.fail(f"its adjustment ({p.adjustment_height}, {p.adjustment_width}) must be "
+                       f"below its stride ({p.subsampling_height}, {p.subsampling_width})")
     _expect_dims(ctx, p.input1_id, "input", [None, None, None, channels_in])
-    x = ctx.read(p.input1_id, "input")
-    weight = _operand(ctx, p.filter_id, "filter", to_torch)
-    bias = _bias(ctx, p.bias_id, channels_out)
-    out = ctx.write(p.output_id)
-    top, right, bottom, left = _padding(p)
-    stride = (p.subsampling_height, p.subsampling_width)
-    dilation = (p.dilation_height, p.dilation_width)
-    groups = p.groups
-    symmetric = top == bottom and left == right
-    padding = (top, left) if symmetric else (0, 0)
-    explicit = (left, right, top, bottom)
-    clamp = ctx.clamp_bounds()
-    conv2d = F.conv2d
-
-    def run(env: Env) -> None:
-        value = env[x].permute(0, 3, 1, 2)
-        if not symmetric:
-            value = F.pad(value, explicit)
-        result = conv2d(value, weight(env), bias(env) if bias else None, stride, padding,
-                        dilation, groups)
-        if clamp is not None:
-            result = result.clamp_(*clamp)
-        env[out] = result.permute(0, 2, 3, 1)
-    return run
+    adjustment = ((p.adjustment_height, p.adjustment_width)
+                  if ctx.kind == G.NodeKind.CONV_TRANSPOSE2D else (0, 0))
+    return ConvGeometry(ctx.kind, channels_in, channels_out, (kh, kw), _padding(p),
+                        (p.subsampling_height, p.subsampling_width),
+                        (p.dilation_height, p.dilation_width), groups, (gin, gout), adjustment)
 
 
-def build_deconvolution(ctx: NodeContext) -> Op:
-    """ConvTranspose2D: torch's conv_transpose2d, then padding cropped per side.
-
-    Output size (XNNPACK's): (in - 1) * stride + adjustment + dilation * (k - 1) + 1
-    - pad_before - pad_after. Adjustment rows and columns (at the bottom and
-    right) receive no filter taps: they hold the bias only.
-    """
+def build_convolution(ctx: NodeContext) -> Op:
+    """Conv2D, DepthwiseConv2D and ConvTranspose2D: torch's kernels on an NCHW view."""
     p = ctx.node.params
     assert isinstance(p, G.Conv)
     ctx.check_flags(p.flags)
-    _positive(ctx, kernel_height=p.kernel_height, kernel_width=p.kernel_width,
-              subsampling_height=p.subsampling_height, subsampling_width=p.subsampling_width,
-              dilation_height=p.dilation_height, dilation_width=p.dilation_width,
-              groups=p.groups, group_input_channels=p.group_input_channels,
-              group_output_channels=p.group_output_channels)
-    if p.adjustment_height >= p.subsampling_height or p.adjustment_width >= p.subsampling_width:
-        raise ctx.fail(f"its adjustment ({p.adjustment_height}, {p.adjustment_width}) must be "
-                       f"below its stride ({p.subsampling_height}, {p.subsampling_width})")
     ids = [(p.input1_id, "input"), (p.filter_id, "filter"), (p.output_id, "output")]
     if p.bias_id != G.INVALID_VALUE_ID:
         ids.append((p.bias_id, "bias"))
     ctx.require_float(ids)
-    groups, gin, gout = p.groups, p.group_input_channels, p.group_output_channels
-    kh, kw = p.kernel_height, p.kernel_width
-    _expect_dims(ctx, p.filter_id, "filter", [groups * gout, kh, kw, gin])
-    _expect_dims(ctx, p.input1_id, "input", [None, None, None, groups * gin])
-
-    def to_torch(f: torch.Tensor) -> torch.Tensor:
-        # [G*Og, KH, KW, Ig] -> torch's [G*Ig, Og, KH, KW]
-        f = f.permute(0, 3, 1, 2).reshape(groups, gout, gin, kh, kw).transpose(1, 2)
-        return f.reshape(groups * gin, gout, kh, kw).contiguous()
-
+    geometry = conv_geometry(ctx, p)
     x = ctx.read(p.input1_id, "input")
-    weight = _operand(ctx, p.filter_id, "filter", to_torch)
-    bias = _bias(ctx, p.bias_id, groups * gout)
+    weight = _operand(ctx, p.filter_id, "filter", geometry.to_torch)
+    bias = _bias(ctx, p.bias_id, geometry.channels_out)
     out = ctx.write(p.output_id)
-    top, right, bottom, left = _padding(p)
-    stride = (p.subsampling_height, p.subsampling_width)
-    dilation = (p.dilation_height, p.dilation_width)
-    adjustment = (p.adjustment_height, p.adjustment_width)
-    symmetric = top == bottom and left == right
     clamp = ctx.clamp_bounds()
+    convolve = geometry.convolve
 
     def run(env: Env) -> None:
-        value = env[x].permute(0, 3, 1, 2)
-        b = bias(env) if bias else None
-        if symmetric:
-            result = F.conv_transpose2d(value, weight(env), b, stride, (top, left), adjustment,
-                                        groups, dilation)
-        else:
-            full = F.conv_transpose2d(value, weight(env), b, stride, 0, adjustment, groups,
-                                      dilation)
-            height, width = full.shape[2], full.shape[3]
-            if top + bottom >= height or left + right >= width:
-                raise ValueError(f"padding ({top}, {right}, {bottom}, {left}) leaves no "
-                                 f"output of a {height}x{width} deconvolution")
-            result = full[:, :, top:height - bottom, left:width - right]
+        result = convolve(env[x].permute(0, 3, 1, 2), weight(env), bias(env) if bias else None)
         if clamp is not None:
             result = result.clamp(*clamp)
         env[out] = result.permute(0, 2, 3, 1)
@@ -261,6 +249,6 @@ BUILDERS: dict[G.NodeKind, Callable[[NodeContext], Op]] = {
     G.NodeKind.FULLY_CONNECTED: build_fully_connected,
     G.NodeKind.CONV2D: build_convolution,
     G.NodeKind.DEPTHWISE_CONV2D: build_convolution,
-    G.NodeKind.CONV_TRANSPOSE2D: build_deconvolution,
+    G.NodeKind.CONV_TRANSPOSE2D: build_convolution,
     G.NodeKind.BATCH_MATRIX_MULTIPLY: build_batch_matrix_multiply,
 }

@@ -41,16 +41,16 @@ def _nhwc_input(ctx: NodeContext, value_id: int) -> int:
     return ctx.read(value_id, "input")
 
 
-def build_max_pooling(ctx: NodeContext) -> Op:
-    p = ctx.node.params
-    assert isinstance(p, G.Pooling2D)
+def max_pooling_geometry(ctx: NodeContext, p: G.Pooling2D
+                         ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Check a max pooling's parameters; the pooling itself, on NCHW values."""
     ctx.check_flags(p.flags, FLAG_KEEP_DIMS, "XNN_FLAG_KEEP_DIMS")
     _positive(ctx, pooling_height=p.pooling_height, pooling_width=p.pooling_width,
               stride_height=p.stride_height, stride_width=p.stride_width,
               dilation_height=p.dilation_height, dilation_width=p.dilation_width)
-    ctx.require_float([(p.input_id, "input"), (p.output_id, "output")])
-    x = _nhwc_input(ctx, p.input_id)
-    out = ctx.write(p.output_id)
+    dims = ctx.dims(p.input_id)
+    if len(dims) != 4:
+        raise ctx.fail(f"its input has dims {dims}; it takes a 4-D NHWC tensor")
     kernel = (p.pooling_height, p.pooling_width)
     stride = (p.stride_height, p.stride_width)
     dilation = (p.dilation_height, p.dilation_width)
@@ -61,13 +61,25 @@ def build_max_pooling(ctx: NodeContext) -> Op:
         and 2 * left <= effective[1]
     padding = (top, left) if native else (0, 0)
     explicit = (left, right, top, bottom)
+
+    def pool(value: torch.Tensor) -> torch.Tensor:
+        if not native:
+            value = F.pad(value, explicit, value=float("-inf"))
+        return F.max_pool2d(value, kernel, stride, padding, dilation)
+    return pool
+
+
+def build_max_pooling(ctx: NodeContext) -> Op:
+    p = ctx.node.params
+    assert isinstance(p, G.Pooling2D)
+    ctx.require_float([(p.input_id, "input"), (p.output_id, "output")])
+    pool = max_pooling_geometry(ctx, p)
+    x = ctx.read(p.input_id, "input")
+    out = ctx.write(p.output_id)
     clamp = ctx.clamp_bounds()
 
     def run(env: Env) -> None:
-        value = env[x].permute(0, 3, 1, 2)
-        if not native:
-            value = F.pad(value, explicit, value=float("-inf"))
-        result = F.max_pool2d(value, kernel, stride, padding, dilation)
+        result = pool(env[x].permute(0, 3, 1, 2))
         if clamp is not None:
             result = result.clamp(*clamp)
         env[out] = result.permute(0, 2, 3, 1)

@@ -1,7 +1,7 @@
 """Data movement nodes: transpose, reshape, slice, constant pad, concatenate.
 
-These never compute, so they work on any datatype whose input and output
-agree (and, for quantized values, share quantization). The static
+These never compute, so they work on float values and on statically quantized
+ones (qint8, quint8) whose input and output share their quantization. The static
 parameters are checked against the input's rank here; that they produce the
 declared output dims is checked by the shape check at init.
 
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from exirc.runtime.xnnpack.constants import datatype_name
 from exirc.runtime.xnnpack.context import Env, NodeContext, Op
+from exirc.runtime.xnnpack.quant import is_static_quantized
 from exirc.serialize.xnnpack import graph as G
 
 MAX_DIMS = 6  # XNN_MAX_TENSOR_DIMS
@@ -36,7 +37,8 @@ def _same_type(ctx: NodeContext, ids: list[tuple[int, str]]) -> None:
         if value.datatype != first.datatype or value.quant != first.quant:
             raise ctx.fail(f"its {ids[0][1]} is {datatype_name(first.datatype)} and its {role} "
                            f"{datatype_name(value.datatype)} (or their quantization differs)")
-    ctx.require_float(ids)
+    if not is_static_quantized(first):
+        ctx.require_float(ids)
 
 
 def _rank(ctx: NodeContext, value_id: int, num_dims: int, what: str) -> list[int]:

@@ -45,7 +45,7 @@ def test_a_consistent_convolution_compiles() -> None:
     (lambda: conv_graph(filter_dims=[4, 0, 0, 3], kernel=0), "kernel_height is 0"),
     (lambda: conv_graph(filter_dims=[4, 3, 3, 3], stride=0), "subsampling_height is 0"),
     (lambda: conv_graph(filter_dims=[4, 3, 3, 3], out_dims=[1, 4, 4, 4]),
-     r"produces dims \[1, 3, 3, 4\] for value 2, which declares \[1, 4, 4, 4\]"),
+     r"output 2 is computed with dims \[1, 3, 3, 4\], but declares \[1, 4, 4, 4\]"),
     (lambda: conv_graph(filter_dims=[4, 3, 3, 3], kernel=3, out_dims=[1, 3, 3, 4], stride=1,
                         kind=K.CONV_TRANSPOSE2D), "adjustment|filter|dims"),
 ], ids=["filter", "groups", "kernel", "stride", "output dims", "deconvolution"])
@@ -84,7 +84,7 @@ def unary_graph(kind: K, params: G.NodeParams, in_dims: list[int],
      [1, 4, 3, 2], "pooling_height is 0"),
     (K.AVG_POOLING_2D, G.Pooling2D(0, 0, 0, 0, 2, 2, 1, 1, 1, 1, 0, 1), [1, 4, 4],
      [1, 3, 3], "4-D NHWC"),
-    (K.SOFTMAX, G.Node1x1(0, 1), [2, 3], [2, 4], r"produces dims \[2, 3\]"),
+    (K.SOFTMAX, G.Node1x1(0, 1), [2, 3], [2, 4], r"computed with dims \[2, 3\]"),
     (K.CLAMP, G.Node1x1(0, 1), [2, 3], [2, 3], None),
     (K.CONCATENATE2, G.Concatenate(3, 0, 0, NONE, NONE, 1), [2, 3], [2, 6],
      "axis 3"),
@@ -145,7 +145,7 @@ def test_constant_sizes_must_match_their_dims() -> None:
     w = g.constant(torch.ones(3))
     g.graph.values[w].dims = [4]
     g.node(K.ADD, G.Node2x1(a, w, c))
-    refused(g, FormatError, "needs 16 bytes, but its constant holds 12")
+    refused(g, FormatError, "needs 16 bytes, but its constant holds only 12")
 
 
 def test_missing_named_data_is_refused() -> None:
@@ -159,21 +159,35 @@ def test_missing_named_data_is_refused() -> None:
 
 def test_values_too_large_for_memory_are_refused() -> None:
     g = GraphBuilder()
-    a, big, c = g.input([2]), g.value([1 << 20, 1 << 20, 1 << 10]), g.output([2])
-    g.node(K.ABS, G.Node1x1(a, c))
-    del big
-    refused(g, FormatError, "more than the .* bytes of memory available")
+    a, big, c = g.input([2, 2]), g.value([2, 2]), g.output([2, 2])
+    g.node(K.STATIC_CONSTANT_PAD, G.StaticConstantPad([0, 0], [1 << 30, 1 << 30], 0.0, a, big))
+    g.node(K.STATIC_SLICE, G.StaticSlice(2, [0, 0], [2, 2], big, c))
+    refused(g, FormatError, r"node 0 \(static_constant_pad\) produces .* more than the .* "
+                            "bytes of memory available")
 
 
-def test_quantized_graphs_are_refused_naming_kind_and_datatype() -> None:
+def test_declared_dims_of_internal_values_are_only_hints() -> None:
+    """As in XNNPACK, shapes flow from the inputs; an internal value's declared dims
+    may disagree (ExecuTorch writes some that do)."""
+    g = GraphBuilder()
+    a, h, c = g.input([2, 3]), g.value([3, 2]), g.output([2, 3])
+    g.node(K.ABS, G.Node1x1(a, h))
+    g.node(K.NEGATE, G.Node1x1(h, c))
+    x = torch.randn(2, 3)
+    assert torch.equal(g.run(x)[0], -x.abs())
+
+
+def test_unimplemented_quantized_nodes_are_refused_naming_kind_and_datatype() -> None:
     g = GraphBuilder()
     a = g.input([4])
-    q = g.value([4], G.Datatype.QINT8)
+    q, r = g.value([4], G.Datatype.QINT8), g.value([4], G.Datatype.QINT8)
     g.graph.values[q].quant = G.PerTensorQuant(0.1, 0)
+    g.graph.values[r].quant = G.PerTensorQuant(1 / 256, -128)
     c = g.output([4])
     g.node(K.CONVERT, G.Node1x1(a, q))
-    g.node(K.CONVERT, G.Node1x1(q, c))
-    refused(g, UnsupportedOperatorError, r"node 0 \(convert\).*qint8")
+    g.node(K.SIGMOID, G.Node1x1(q, r))
+    g.node(K.CONVERT, G.Node1x1(r, c))
+    refused(g, UnsupportedOperatorError, r"node 1 \(sigmoid\).*qint8")
 
 
 def test_external_ids_must_number_the_arguments() -> None:
