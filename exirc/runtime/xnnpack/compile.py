@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from exirc.errors import FormatError, UnsupportedOperatorError
+from exirc.errors import ExircError, FormatError, UnsupportedOperatorError
 from exirc.runtime.xnnpack import (
     attention,
     elementwise,
@@ -222,7 +222,13 @@ def _build(graph: G.XNNGraph, nodes: list[tuple[int, G.Node]], slots: Slots,
         expected = G.PARAMS_OF_KIND.get(node.kind)
         if expected is None or not isinstance(node.params, expected):
             raise ctx.fail(f"its parameters are a {type(node.params).__name__}")
-        op = builder(ctx)
+        try:
+            op = builder(ctx)
+        except ExircError:
+            raise
+        except Exception as error:  # noqa: BLE001 (torch on a hostile value: still the file's)
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ctx.fail(f"cannot be compiled: {type(error).__name__}: {detail}") from None
         if ctx.narrow and node.kind not in MOVES_DATA:
             op = _narrow(op, ctx.reads, [(slot, STORAGE_TYPES[graph.values[slot].datatype])
                                          for slot in ctx.written])

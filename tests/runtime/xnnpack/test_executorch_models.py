@@ -9,6 +9,9 @@ tiny random configs.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import functools
 import importlib.util
 import random
@@ -24,6 +27,9 @@ from exirc.errors import FormatError, InputError, UnsupportedOperatorError
 from exirc.runtime import load
 from exirc.runtime.delegates import BackendInitContext, payload
 from exirc.runtime.xnnpack import XnnpackBackend
+from exirc.runtime.xnnpack.run import execute
+from exirc.serialize.xnnpack import graph as G
+from exirc.serialize.xnnpack.reader import deserialize_blob
 from tests.oracle import requires_executorch
 from tests.runtime.xnnpack.zoo import (
     HALF_MODELS,
@@ -156,3 +162,57 @@ def test_corrupted_payloads_fail_with_typed_errors(xnnpack_pte: Callable[..., Pa
         except InputError:
             outcomes["failed"] += 1
     assert outcomes["refused"] > 0 and outcomes["ran"] > 0, outcomes
+
+
+def _mutate(graph: G.XNNGraph, rng: random.Random) -> None:
+    """Change one to three numbers of the graph: a node parameter, a value's dim or
+    datatype, a node's output range."""
+    for _ in range(rng.randint(1, 3)):
+        roll = rng.random()
+        if roll < 0.5 and graph.nodes:
+            node = rng.choice(graph.nodes)
+            numbers = [f.name for f in dataclasses.fields(node.params)
+                       if isinstance(getattr(node.params, f.name), int)]
+            if numbers:
+                name = rng.choice(numbers)
+                old = getattr(node.params, name)
+                setattr(node.params, name, rng.choice([0, 1, 2, old + 1, max(old - 1, 0),
+                                                       2 * old, rng.randrange(64)]))
+            if rng.random() < 0.2:
+                node.output_min_max = rng.choice([None, (0.0, 6.0), (1.0, -1.0)])
+        elif roll < 0.85:
+            value = rng.choice(graph.values)
+            if value.dims:
+                i = rng.randrange(len(value.dims))
+                value.dims[i] = rng.choice([0, 1, 2, value.dims[i] + 1])
+        else:
+            rng.choice(graph.values).datatype = rng.choice(list(G.Datatype))
+
+
+@pytest.mark.parametrize("name", ["mobilenet_block", "tensor_ops", "attention"])
+def test_graphs_that_contradict_themselves_fail_with_typed_errors(
+        name: str, xnnpack_pte: Callable[..., Path]) -> None:
+    """Numbers changed in the decoded graph (what the reader cannot judge): the
+    backend refuses the graph at init, or runs it, or fails the call with an
+    InputError; nothing else escapes."""
+    program = load(xnnpack_pte(name)).program
+    context = BackendInitContext(program, "fuzz")
+    rng = random.Random(1)
+    refused = 0
+    for delegate in program.execution_plan[0].delegates:
+        blob = deserialize_blob(payload(program, delegate))
+        for _ in range(150):
+            graph = copy.deepcopy(blob.graph)
+            _mutate(graph, rng)
+            try:
+                handle = XnnpackBackend().prepare(G.XnnpackBlob(graph, blob.constant_region),
+                                                  context)
+            except (FormatError, UnsupportedOperatorError):
+                refused += 1
+                continue
+            args = [torch.randn(e.dims).to(e.dtype) if e.dtype.is_floating_point
+                    else torch.zeros(e.dims, dtype=e.dtype)
+                    for e in sorted(handle.inputs + handle.outputs, key=lambda e: e.arg)]
+            with contextlib.suppress(InputError):
+                execute(handle, args)
+    assert refused > 0
