@@ -54,6 +54,7 @@ def assert_near_float(ours: Sequence[torch.Tensor], reference: Sequence[torch.Te
         assert float((a - b).abs().max()) <= 0.1 * scale + 0.02, f"{what}: output {i}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", list(PT2E_SCHEMES))
 @pytest.mark.parametrize("name", PT2E_MODELS)
 def test_pt2e_quantized_model_matches_executorch(name: str, scheme: str) -> None:

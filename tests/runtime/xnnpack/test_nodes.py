@@ -307,6 +307,7 @@ def test_resize_bilinear(align: bool) -> None:
     close(g.run(nhwc(x))[0], nhwc(expected))
 
 
+@pytest.mark.smoke
 def test_data_movement() -> None:
     x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 2)
     g = GraphBuilder()
