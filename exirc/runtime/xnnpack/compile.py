@@ -2,14 +2,14 @@
 
 `compile_graph` does everything a call should not have to: it gives each
 value a slot in the value table, resolves constants to tensors, binds the
-delegate's arguments to the external values, and turns each node into a
-closure over precomputed parameters (see the builder modules). It then runs
-the closures once on meta tensors (shapes only, no memory) of the declared
-dims, and checks that every node produces exactly the dims and datatype
-its output values declare. A blob whose nodes contradict its values (a
-filter that does not fit its convolution, a reshape that changes the element
-count, a slice past the end) is refused here with a `FormatError`, before
-anything runs; `execute` then only has to follow the list.
+delegate's arguments to the external values, rewrites the graph as XNNPACK's
+own optimizer would where that changes results (`fuse.py`, and per-pixel
+quantization for pointwise convolutions), and turns each node into a closure
+over precomputed parameters (see the builder modules). Each closure is run
+once on meta tensors as it is built (`shapecheck.py`), so shapes are
+inferred from the inputs as XNNPACK infers them, and a node that cannot run
+on them is refused with a `FormatError` before anything runs. `execute`
+(`run.py`) then only has to follow the list.
 """
 
 from __future__ import annotations

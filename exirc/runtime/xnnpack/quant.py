@@ -15,7 +15,9 @@ them into exact integer tensors and float32 scales.
 The arithmetic is XNNPACK's, in float32 where XNNPACK uses float32:
 quantizing multiplies by the reciprocal scale and rounds to nearest even;
 dynamic parameters come from each row's range (including 0) as in
-`xnn_f32_qd8_asymmetric_quantization_params`; requantizing multiplies the
+`xnn_f32_qd8_asymmetric_quantization_params`, the row then multiplied by
+its multiplier 255 / range (not by 1 / scale: the two differ in the last
+bit, which moves ties); requantizing multiplies the
 exact integer accumulator, as float32, by `input_scale * weight_scale /
 output_scale` and rounds to nearest even.
 """
