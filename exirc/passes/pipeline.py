@@ -140,6 +140,12 @@ def _resolve(name: str, where: str, registry: Registry) -> Any:
         raise UsageError(f"{where}: unknown pass {name!r}",
                          hint=f"built-in passes: {', '.join(sorted(registry))}; "
                               "or name your own as module:attr (`exirc passes` lists them)")
+    return import_reference(name, where)
+
+
+def import_reference(name: str, where: str) -> Any:
+    """The object a `module:attr` reference names (a plugged pass or partitioner);
+    a UsageError, prefixed by `where`, when it cannot be imported."""
     module_name, _, attr = name.partition(":")
     try:
         module = importlib.import_module(module_name)

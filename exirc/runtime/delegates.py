@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import inspect
 from collections import ChainMap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from exirc.errors import FormatError
+from exirc.errors import ExircError, FormatError
 from exirc.serialize import program as P
 
 
@@ -29,10 +29,27 @@ class BackendInitContext:
 
     program: P.Program
     where: str
+    # key -> segment data, built once per load: a payload may read hundreds
+    # of weights, and a scan of named_data per weight is quadratic.
+    index: Mapping[str, bytes | memoryview] | None = None
+
+    def __post_init__(self) -> None:
+        if self.index is None:
+            object.__setattr__(self, "index", named_data_index(self.program))
 
     def named_data(self, key: str) -> bytes | memoryview | None:
         """The bytes the program stores under `key`, or None."""
-        return self.program.named_segment(key)
+        assert self.index is not None  # set by __post_init__
+        return self.index.get(key)
+
+
+def named_data_index(program: P.Program) -> dict[str, bytes | memoryview]:
+    """Named data by key (the first entry of a key wins, as a lookup finds it)."""
+    index: dict[str, bytes | memoryview] = {}
+    for named in program.named_data:
+        if named.key not in index and 0 <= named.segment_index < len(program.segments):
+            index[named.key] = program.segments[named.segment_index].data
+    return index
 
 
 class Backend(Protocol):
@@ -94,14 +111,17 @@ def payload(program: P.Program, delegate: P.BackendDelegate) -> bytes | memoryvi
 
 
 def initialise(backend: Backend, program: P.Program, delegate: P.BackendDelegate,
-               where: str) -> Any:
+               where: str, named_data: Mapping[str, bytes | memoryview] | None = None) -> Any:
     """The backend's handle for one delegate; a backend refusing its payload is a
-    program error, reported as such."""
+    program error, reported as such. A typed exirc error (an unsupported node
+    kind, say) keeps its type and exit code."""
     args: list[Any] = [payload(program, delegate), delegate.compile_specs]
     if _takes_context(backend):
-        args.append(BackendInitContext(program, where))
+        args.append(BackendInitContext(program, where, named_data))
     try:
         return backend.init(*args)
+    except ExircError:
+        raise
     except Exception as error:  # noqa: BLE001 (any failure of foreign code)
         raise FormatError(f"backend {delegate.id!r} could not initialise its payload: "
                           f"{type(error).__name__}: {error}", field=where) from error

@@ -88,10 +88,12 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     shapes = _symbolic_shapes(program)
     shared = memory.allocate_shared_arenas(plans)
     methods = {}
+    named_data = delegates.named_data_index(program) if any(p.delegates for p in plans) \
+        else None
     for i, plan in enumerate(plans):
         where = f"execution_plan[{i}]"
         handles = [(backend, delegates.initialise(backend, program, delegate,
-                                                  f"{where}.delegates[{j}]"))
+                                                  f"{where}.delegates[{j}]", named_data))
                    for j, (delegate, backend) in enumerate(zip(plan.delegates,
                                                                backend_tables[i]))]
         methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps,

@@ -425,3 +425,16 @@ def test_backend_op_runs_its_registered_kernel() -> None:
     bias, mat1, mat2 = torch.tensor([0.5, -10.0]), torch.randn(2, 3), torch.randn(3, 2)
     (out,) = load(serialize(program)).run("forward", [bias, mat1, mat2])
     torch.testing.assert_close(out, torch.relu(torch.addmm(bias, mat1, mat2)))
+
+
+def test_backend_raising_a_typed_error_keeps_its_type() -> None:
+    from exirc.errors import UnsupportedOperatorError as Unsupported
+
+    class RefusesNodeKind(AddOneBackend):
+        def init(self, processed: Any, compile_specs: Any) -> str:
+            raise Unsupported("node 3 (sigmoid) on qint8 is not implemented")
+
+    backends = BackendRegistry()
+    backends.register("ExampleBackend", RefusesNodeKind)
+    with pytest.raises(Unsupported, match="node 3 \\(sigmoid\\)"):
+        load(serialize(control_flow_program()), backends=backends)

@@ -82,8 +82,9 @@ class CapabilityPartitioner:
         proposed = CapabilityBasedPartitioner(
             graph_module, _Decided(supported), allows_single_node_partition=True,
         ).propose_partitions()
+        position = {node: i for i, node in enumerate(graph_module.graph.nodes)}
         chosen = [nodes_in_order(p.nodes) for p in proposed]
-        chosen.sort(key=lambda nodes: _position(graph_module.graph, nodes[0]))
+        chosen.sort(key=lambda nodes: position[nodes[0]])
         for nodes in chosen:
             compute = [n for n in nodes if n.target is not operator.getitem]
             if not compute:
@@ -95,10 +96,3 @@ class CapabilityPartitioner:
                 continue
             plan.partitions.append(Partition(self.support.backend_id, nodes))
         return plan
-
-
-def _position(graph: torch.fx.Graph, node: Node) -> int:
-    for i, candidate in enumerate(graph.nodes):
-        if candidate is node:
-            return i
-    return -1

@@ -8,11 +8,11 @@ or by the partitioner's own `backends` mapping when it brings one.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from exirc.backend.delegation.interface import DelegationBackend, Partitioner
 from exirc.errors import UsageError
+from exirc.passes.pipeline import import_reference
 
 _BACKENDS: dict[str, DelegationBackend] = {}
 
@@ -45,13 +45,7 @@ def resolve_partitioner(name: str) -> Partitioner:
         raise UsageError(f"unknown partitioner {name!r}",
                          hint=f"built-in: {', '.join(BUILTIN_PARTITIONER_NAMES)}; "
                               "or name your own as module:attr")
-    module_name, _, attr = name.partition(":")
-    try:
-        found = getattr(importlib.import_module(module_name), attr)
-    except ImportError as error:
-        raise UsageError(f"cannot import partitioner module {module_name}: {error}") from None
-    except AttributeError:
-        raise UsageError(f"{module_name} has no partitioner {attr!r}") from None
+    found = import_reference(name, f"partitioner {name}")
     partitioner = found() if isinstance(found, type) else found
     if not callable(getattr(partitioner, "partition", None)):
         raise UsageError(f"{name} is not a partitioner: it has no partition(program) method")

@@ -105,7 +105,8 @@ def test_lowered_program_still_runs_eagerly_for_verify(tmp_path: Path) -> None:
 
 
 def test_unknown_partitioner_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="cannot import partitioner module"):
+    with pytest.raises(UsageError,
+                       match="partitioner no_such_module:P: cannot import no_such_module"):
         compile_module(Model(), (torch.randn(3, 4), torch.randn(3, 4)), options=CompileOptions(
             pipeline=toy_pipeline(tmp_path, "no_such_module:P")))
 
