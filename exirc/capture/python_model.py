@@ -273,9 +273,31 @@ class _ModelFile:
     def to_eval(self, module: torch.nn.Module, label: str, where: str, warn: Warn) -> None:
         if not any(m.training for m in module.modules()):
             return
+        if isinstance(module, torch.fx.GraphModule):
+            # An exported graph (e.g. pt2e's convert_pt2e output) refuses
+            # .eval(): its dropout and batch norm are ops in the graph, which
+            # the export-aware switch rewrites to their eval forms.
+            warn(f"{where}: {label} (an exported graph) is in training mode; compiling it "
+                 "in eval mode (call torchao.quantization.pt2e.move_exported_model_to_eval "
+                 "on it to silence this warning)")
+            move_exported_model_to_eval(module)
+            return
         warn(f"{where}: {label} is in training mode; compiling it in eval mode "
              "(call .eval() on it to silence this warning)")
         module.eval()
+
+
+def move_exported_model_to_eval(module: torch.fx.GraphModule) -> None:
+    """Switch an exported graph to eval mode as torchao's pt2e flow does, or,
+    without torchao, flip the flags (nothing patched .eval() then, and an
+    exported graph's ops do not read them)."""
+    try:
+        from torchao.quantization.pt2e import move_exported_model_to_eval as switch
+    except ImportError:
+        torch.nn.Module.train(module, False)
+        return
+    switch(module)
+    torch.nn.Module.train(module, False)
 
 
 def _definition_lines(tree: ast.Module) -> dict[str, int]:

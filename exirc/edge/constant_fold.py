@@ -38,6 +38,8 @@ _SMALL_BYTES = 256
 def _is_foldable_op(target: Any) -> bool:
     if not isinstance(target, torch._ops.OpOverload):
         return False
+    if target.namespace == "quantized_decomposed":
+        return False  # a dequantized weight is 4x its quantized one: keep the small form
     tags = target.tags
     # Random ops must run every call; ops that create tensors from nothing
     # (full, arange, ...) are cheap to keep and folding them only grows files

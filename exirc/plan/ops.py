@@ -38,6 +38,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from exirc.backend.ops import BackendOp
+from exirc.backend.quantized_ops import out_form as quantized_out_form
 from exirc.edge.ops import is_custom_op
 from exirc.ir.control_flow import COND, MAP, WHILE_LOOP
 from exirc.plan.functional_ops import functional_call
@@ -158,6 +159,9 @@ def out_variant(target: Any) -> Any:
     """
     if isinstance(target, BackendOp):
         return target if target.out_names else None
+    quantized = quantized_out_form(target)  # Q/DQ ops: ExecuTorch's quantized library
+    if quantized is not None:
+        return quantized
     found = _aten_out_variant(target)
     if found is None and is_custom_op(target):
         return functional_call(target)
