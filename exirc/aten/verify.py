@@ -147,8 +147,10 @@ def _op_problem(node: torch.fx.Node) -> str | None:
 
 def _has_fake_kernel(op: torch._ops.OpOverload) -> bool:
     # torch.library.register_fake and custom_op register their fake function as
-    # the Meta kernel; a composite op decomposes, so fake tensors run it too.
-    keys = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeImplicitAutograd)
+    # the Meta kernel; a composite op decomposes, so fake tensors run it too, and a
+    # CompositeExplicitAutograd kernel serves every backend, Meta included.
+    keys = (torch._C.DispatchKey.Meta, torch._C.DispatchKey.CompositeImplicitAutograd,
+            torch._C.DispatchKey.CompositeExplicitAutograd)
     return any(op.has_kernel_for_dispatch_key(key) for key in keys)
 
 

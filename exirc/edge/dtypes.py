@@ -37,7 +37,7 @@ import torch
 import yaml
 from torch.fx import GraphModule, Node
 
-from exirc.edge.ops import qualified_name
+from exirc.edge.ops import is_quantize_op, qualified_name
 from exirc.errors import DialectError
 from exirc.ir.source import source_location
 
@@ -59,6 +59,7 @@ DTYPES: dict[str, torch.dtype] = {
 DTYPE_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
 
 CONSTRAINTS_FILE = "dtype_constraints.yaml"
+QUANTIZED_CONSTRAINTS_FILE = "quantized_dtype_constraints.yaml"  # the Q/DQ ops, by hand
 _SHOWN_ROWS = 3  # allowed combinations an error message lists
 
 
@@ -139,9 +140,11 @@ def _names(dtypes: Iterable[torch.dtype]) -> str:
 @functools.cache
 def all_constraints() -> Mapping[str, OpConstraints]:
     """Every Edge op's constraints by op name; the YAML is read once, on first use."""
-    text = importlib.resources.files("exirc.edge").joinpath(CONSTRAINTS_FILE).read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    entries = yaml.load(text, Loader=loader)
+    entries = []
+    for file in (CONSTRAINTS_FILE, QUANTIZED_CONSTRAINTS_FILE):
+        text = importlib.resources.files("exirc.edge").joinpath(file).read_text()
+        entries += yaml.load(text, Loader=loader)
     return {entry["inherits"]: _parse_entry(entry) for entry in entries}
 
 
@@ -260,7 +263,7 @@ def _aten_calls(graph_module: GraphModule) -> Iterator[Node]:
         for node in module.graph.nodes:
             target = node.target
             if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) \
-                    and target.namespace == "aten":
+                    and (target.namespace == "aten" or is_quantize_op(target)):
                 yield node
 
 

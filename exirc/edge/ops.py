@@ -54,8 +54,28 @@ def _copy_twins() -> frozenset[Any]:
     return frozenset(twins)
 
 
+# The Q/DQ ops pt2e's convert_pt2e writes (torch and torchao define them): Edge
+# ops with dtype constraints (quantized_dtype_constraints.yaml), which backend
+# passes fuse (QuantFusion) or lower to their out forms.
+QUANTIZE_OPS = frozenset({
+    "quantize_per_tensor", "quantize_per_tensor.tensor", "quantize_per_channel",
+    "quantize_per_token", "quantize_per_channel_group", "dequantize_per_tensor",
+    "dequantize_per_tensor.tensor", "dequantize_per_channel", "dequantize_per_token",
+    "dequantize_per_channel_group", "choose_qparams.tensor",
+    "choose_qparams_per_token_asymmetric"})
+
+
+def is_quantize_op(target: Any) -> bool:
+    """Whether `target` is one of the Edge dialect's Q/DQ ops (`QUANTIZE_OPS`)."""
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "quantized_decomposed":
+        return False
+    return qualified_name(target).split("::", 1)[1] in QUANTIZE_OPS
+
+
 def is_edge_op(target: Any) -> bool:
     if target is operator.getitem:
+        return True
+    if is_quantize_op(target):
         return True
     if isinstance(target, torch._ops.HigherOrderOperator):
         return True
@@ -100,6 +120,8 @@ def outside_op_set(target: Any) -> bool:
     """An op the Edge dialect admits only with a kernel for it: a custom op, or
     a non-view ATen op that is not core and has no decomposition into core ops
     (as ExecuTorch's `_core_aten_ops_exception_list` admits ops by hand)."""
+    if is_quantize_op(target):
+        return False
     if is_custom_op(target):
         return True
     return isinstance(target, torch._ops.OpOverload) and target.namespace == "aten" and \

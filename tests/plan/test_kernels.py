@@ -10,6 +10,7 @@ import torch
 from exirc.backend.ops import addmm_relu
 from exirc.errors import UnsupportedOperatorError, UsageError
 from exirc.plan.kernels import check_kernels, kernel_name, kernels_for_target
+from exirc.targets import kernel_list
 from tests.oracle import requires_executorch
 
 aten = torch.ops.aten
@@ -31,9 +32,14 @@ def test_portable_file_is_sorted_one_op_a_line() -> None:
 
 @requires_executorch
 def test_portable_list_matches_executorch_runtime() -> None:
+    """ExecuTorch's runtime with its quantized kernel library linked (in Python:
+    imported) has exactly the portable target's kernels."""
+    import executorch.kernels.quantized  # noqa: F401  (registers its kernels)
     from executorch.extension.pybindings import portable_lib
 
-    assert kernels_for_target("portable") == set(portable_lib._get_operator_names())
+    assert kernel_list("portable") | kernel_list("quantized") == \
+        set(portable_lib._get_operator_names())
+    assert kernels_for_target("portable") == kernel_list("portable") | kernel_list("quantized")
 
 
 def test_exirc_target_adds_backend_ops_and_extra() -> None:
