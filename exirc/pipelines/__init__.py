@@ -15,6 +15,7 @@ from pathlib import Path
 
 from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
+from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
 from exirc.edge.constant_fold import ConstantFold
 from exirc.edge.dead_code_elimination import DeadCodeElimination
@@ -36,7 +37,7 @@ from exirc.targets import DEFAULT_TARGET
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
     ToEdge, RemoveAssertions, ViewsToCopies, ScalarsToTensors, RemoveNoopCopies,
     ConstantFold, DeadCodeElimination,
-    SymPrims, Delegate, Fuse,
+    SymPrims, Delegate, Fuse, QuantFusion,
     WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,
 )
 

@@ -25,7 +25,7 @@ PORTABLE_PASSES = {
     "aten": [],
     "edge": ["to_edge", "remove_assertions", "views_to_copies", "scalars_to_tensors",
              "remove_noop_copies", "constant_fold", "dead_code_elimination"],
-    "backend": ["sym_prims"],
+    "backend": ["sym_prims", "quant_fusion", "dead_code_elimination"],
     "plan": ["write_back_state", "alias_views", "to_out_variants", "memory_plan"],
 }
 
@@ -55,8 +55,9 @@ def test_default_targets_load() -> None:
 
     fast = load_pipeline("exirc")
     assert fast.target == "exirc"
-    assert labels(fast.stages)["backend"] == ["sym_prims", "fuse", "dead_code_elimination"]
-    assert fast.stages["backend"][1].patterns == ("linear_relu",)  # type: ignore[attr-defined]
+    assert labels(fast.stages)["backend"] == ["sym_prims", "quant_fusion", "fuse",
+                                              "dead_code_elimination"]
+    assert fast.stages["backend"][2].patterns == ("linear_relu",)  # type: ignore[attr-defined]
     assert labels(fast.stages)["edge"] == PORTABLE_PASSES["edge"]
 
 

@@ -1,0 +1,206 @@
+"""QuantFusion: "dequantize -> op -> quantize" patterns become fused quantized ops.
+
+A pattern table, as the fusion pass has: each entry names where it anchors
+and builds the replacement, or declines. The ops it makes are ExecuTorch's
+quantized kernel library's (`exirc.backend.quantized_ops`), so a target lists
+the patterns its runtime has kernels for:
+
+- `embedding`: an embedding of a dequantized table (weight-only quantization,
+  or pt2e's per-channel embedding) looks up rows of the integer table and
+  dequantizes only those: `embedding_byte` / `embedding_4bit` / `embedding_2bit`.
+  4- and 2-bit tables are packed, two or four values a byte, as those kernels
+  read them.
+- `dequantized_weight`: any other read of a group-wise quantized weight (a
+  linear's) dequantizes the whole table through the same kernel, looking up
+  every row: ExecuTorch has no group-wise dequantize kernel, and this one is
+  exact.
+- `add`: DQ(a) + DQ(b) -> Q becomes `quantized_decomposed::add` on the int8
+  tensors, for same-shape per-tensor operands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch.fx import Node
+
+from exirc.backend.quantized_ops import EMBEDDING_OPS, is_quantize, pack_nibbles, quantized_add
+from exirc.edge.constants import add_constant, constant_tensor
+from exirc.errors import UsageError
+from exirc.passes.contract import Pass, PassResult
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+_aten = torch.ops.aten
+
+# (quant_min, quant_max) -> bits of the embedding kernel that reads such a table
+_BITS = {(-128, 127): 8, (-127, 127): 8, (0, 255): 8, (-8, 7): 4, (-2, 1): 2}
+
+Rewrite = Callable[["ExportedProgram", Node], "Node | None"]
+
+
+@dataclass(frozen=True)
+class QuantPattern:
+    name: str
+    rewrite: Rewrite  # the replacement for the anchor node, inserted; or None: no match
+
+
+def _dequantized_table(program: ExportedProgram, node: Any) -> tuple[Any, ...] | None:
+    """(constant table node, its tensor, scales, zero points, quant_min, quant_max,
+    bits) when `node` dequantizes a constant 2-D table per row or per group."""
+    if not isinstance(node, Node) or node.op != "call_function":
+        return None
+    if is_quantize(node.target, "dequantize_per_channel_group"):
+        table, scales, zero_points, quant_min, quant_max = node.args[:5]
+    elif is_quantize(node.target, "dequantize_per_channel") and len(node.args) >= 7 \
+            and node.args[3] == 0:
+        table, scales, zero_points, _, quant_min, quant_max = node.args[:6]
+    else:
+        return None
+    if node.kwargs.get("out_dtype") not in (None, torch.float32):
+        return None
+    bits = _BITS.get((int(quant_min), int(quant_max))) \
+        if isinstance(quant_min, int) and isinstance(quant_max, int) else None
+    value = constant_tensor(program, table) if isinstance(table, Node) else None
+    if bits is None or value is None or value.dim() != 2 or \
+            value.dtype not in (torch.int8, torch.uint8):
+        return None
+    scale_value = constant_tensor(program, scales) if isinstance(scales, Node) else None
+    if scale_value is None or scale_value.dtype != torch.float32:
+        return None
+    if bits < 8 and value.shape[1] % (8 // bits):
+        return None
+    return table, value, scales, zero_points, quant_min, quant_max, bits
+
+
+def _table_argument(program: ExportedProgram, table: Node, value: torch.Tensor,
+                    bits: int) -> Node:
+    """The table as the embedding kernel reads it: packed below 8 bits."""
+    if bits == 8:
+        return table
+    return add_constant(program, f"{table.name}_packed", pack_nibbles(value, bits),
+                        described=f"{table.name}, packed {8 // bits} values a byte")
+
+
+def _embedding_call(program: ExportedProgram, found: tuple[Any, ...], indices: Any,
+                    anchor: Node) -> Node:
+    table, value, scales, zero_points, quant_min, quant_max, bits = found
+    argument = _table_argument(program, table, value, bits)
+    graph = anchor.graph
+    with graph.inserting_before(anchor):
+        fused = graph.call_function(EMBEDDING_OPS[bits], (
+            argument, scales, zero_points, quant_min, quant_max, indices))
+    fused.meta.update(anchor.meta)
+    return fused
+
+
+def _embedding(program: ExportedProgram, node: Node) -> Node | None:
+    if node.target != _aten.embedding.default or len(node.args) < 2:
+        return None
+    if any(a not in (-1, False) for a in node.args[2:]):
+        return None  # padding_idx / scale_grad_by_freq / sparse: the kernels have none
+    found = _dequantized_table(program, node.args[0])
+    return None if found is None else _embedding_call(program, found, node.args[1], node)
+
+
+def _dequantized_weight(program: ExportedProgram, node: Node) -> Node | None:
+    if not is_quantize(node.target, "dequantize_per_channel_group"):
+        return None
+    found = _dequantized_table(program, node)
+    if found is None:
+        return None
+    rows = add_constant(program, f"{node.name}_rows", torch.arange(found[1].shape[0]),
+                        described="every row of a quantized weight")
+    return _embedding_call(program, found, rows, node)
+
+
+def _per_tensor_args(node: Any) -> tuple[Any, ...] | None:
+    """(input, scale, zero point, quant_min, quant_max) of an int8 per-tensor DQ."""
+    if not isinstance(node, Node) or node.target != _dequantize_per_tensor() or \
+            node.args[5] != torch.int8 or node.kwargs.get("out_dtype") not in (None,):
+        return None
+    return tuple(node.args[:5])
+
+
+def _add(program: ExportedProgram, node: Node) -> Node | None:
+    if node.target != _quantize_per_tensor() or node.args[5] != torch.int8:
+        return None
+    added = node.args[0]
+    if not isinstance(added, Node) or added.target != _aten.add.Tensor or \
+            len(added.users) != 1 or added.kwargs or len(added.args) != 2:
+        return None
+    a, b = (_per_tensor_args(arg) for arg in added.args)
+    if a is None or b is None or not _same_shape(added.args[0], added.args[1], node):
+        return None
+    with node.graph.inserting_before(node):
+        fused = node.graph.call_function(quantized_add, (*a, *b, *node.args[1:5]))
+    fused.meta.update(node.meta)
+    return fused
+
+
+def _same_shape(*nodes: Any) -> bool:
+    shapes = {tuple(n.meta["val"].shape) for n in nodes
+              if isinstance(n, Node) and isinstance(n.meta.get("val"), torch.Tensor)}
+    return len(shapes) == 1 and all(isinstance(n, Node) for n in nodes)
+
+
+def _quantize_per_tensor() -> Any:
+    return torch.ops.quantized_decomposed.quantize_per_tensor.default
+
+
+def _dequantize_per_tensor() -> Any:
+    return torch.ops.quantized_decomposed.dequantize_per_tensor.default
+
+
+PATTERNS: dict[str, QuantPattern] = {p.name: p for p in (
+    QuantPattern("embedding", _embedding),
+    QuantPattern("dequantized_weight", _dequantized_weight),
+    QuantPattern("add", _add),
+)}
+
+
+@dataclass(frozen=True)
+class QuantFusion(Pass):
+    """Backend -> Backend: DQ -> op -> Q patterns become ExecuTorch's fused quantized ops.
+
+    `patterns` names the table's entries to apply (all by default): those the
+    target's runtime has kernels for. The integer tables they read stay
+    constants; a dead_code_elimination after it drops what they replaced.
+    """
+
+    name: ClassVar[str] = "quant_fusion"
+    patterns: tuple[str, ...] = tuple(PATTERNS)
+
+    def run(self, program: ExportedProgram) -> PassResult:
+        unknown = set(self.patterns) - set(PATTERNS)
+        if unknown:
+            raise UsageError(f"unknown quant_fusion pattern(s) {sorted(unknown)}",
+                             hint=f"known: {', '.join(PATTERNS)}")
+        if not _has_quantized_ops(program):
+            return PassResult(program, False)
+        graph = program.graph_module.graph
+        changed = False
+        for name in self.patterns:
+            rewrite = PATTERNS[name].rewrite
+            for node in list(graph.nodes):
+                if node.op != "call_function" or not node.users:
+                    continue
+                fused = rewrite(program, node)
+                if fused is not None:
+                    node.replace_all_uses_with(fused)
+                    changed = True
+            if changed:
+                graph.eliminate_dead_code()
+        if changed:
+            program.graph_module.recompile()
+        return PassResult(program, changed)
+
+
+def _has_quantized_ops(program: ExportedProgram) -> bool:
+    return any(isinstance(n.target, torch._ops.OpOverload)
+               and n.target.namespace == "quantized_decomposed"
+               for n in program.graph_module.graph.nodes)
