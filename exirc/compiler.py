@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exirc.diagnostics.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from exirc.diagnostics.self_check import check_options, eager_references, verify_and_bundle
 from exirc.errors import UsageError
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 from exirc.serialize import program as P
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from exirc.backend.ops import BackendOp
     from exirc.capture import MethodSource
     from exirc.diagnostics.eager_check import VerificationReport
-    from exirc.diagnostics.reference import Reference
+    from exirc.diagnostics.quantization import QuantizationReport, Quantized
     from exirc.runtime.kernels import KernelRegistry
 
 
@@ -54,6 +54,11 @@ class CompileOptions:
     rtol: float | None = None  # None: by the dtype compared (exirc.diagnostics.tolerance)
     atol: float | None = None
     bundle: bool = False  # store those inputs and eager outputs in the program
+    # Quantize before compiling (`exirc.quantize.MODES`), calibrated on the .npz
+    # files (or the example inputs); group_size is the weight-only modes' scale groups.
+    quantize: str | None = None
+    calibration_inputs: tuple[str | Path, ...] = ()
+    quantize_group_size: int | None = None
 
     @property
     def self_check(self) -> bool:
@@ -89,6 +94,7 @@ class CompileResult:
     instruction_nodes: dict[str, list[torch.fx.Node]] = field(default_factory=dict)
     verification: VerificationReport | None = None  # with options.verify: what matched
     bundled_cases: int = 0  # with options.bundle: test cases stored in the program
+    quantization: QuantizationReport | None = None  # with options.quantize: sizes, accuracy
 
     def save(self, path: str | Path) -> None:
         write_atomically(Path(path), self.data)
@@ -202,7 +208,7 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
     `kernels` is the interpreter's kernel registry for `options.verify`."""
     from exirc.capture import MethodSource
 
-    _check_self_check_options(options)
+    check_options(options)
     sources = {"forward": MethodSource("forward", module, tuple(example_inputs),
                                        dynamic_shapes, None, "<module>")}
     for name, entry in (methods or {}).items():
@@ -225,7 +231,7 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
     """
     from exirc.capture import load_model
 
-    _check_self_check_options(options)
+    check_options(options)
     started = time.perf_counter()  # loading the model counts as capture
     loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
     return _compile_sources(loaded.methods, options, kernels, started=started)
@@ -239,72 +245,39 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
 
     exported = {name: capture(source) for name, source in sources.items()}
     capture_seconds = time.perf_counter() - started
+    quantize_started = time.perf_counter()
+    quantized = _quantize(sources, exported, options)
+    if quantized is not None:  # the quantized model is what the program is verified against
+        sources, exported = quantized.sources, quantized.exported
+    quantize_seconds = time.perf_counter() - quantize_started
     eager_started = time.perf_counter()
-    references = _references(sources, exported, options)
+    references = eager_references(sources, exported, options)
     eager_seconds = time.perf_counter() - eager_started
     result = compile_methods(exported, options, kernels)
-    result.report.stage_seconds = {"capture": capture_seconds, **result.report.stage_seconds}
+    first = {"capture": capture_seconds}
+    if quantized is not None:
+        from exirc.diagnostics.quantization import measure
+
+        first["quantize"] = quantize_seconds
+        measure(result, quantized, kernels)
+        result.quantization = quantized.report
+    result.report.stage_seconds = {**first, **result.report.stage_seconds}
     if references is not None:
         result.report.stage_seconds["eager"] = eager_seconds
-        _verify_and_bundle(result, references, options, kernels)
+        install_backend_kernels()  # both run the program in-process
+        verify_and_bundle(result, references, options, kernels)
     return result
 
 
-# -- --verify and --bundle ------------------------------------------------------
-
-
-def _check_self_check_options(options: CompileOptions) -> None:
-    if options.verify_inputs and not options.self_check:
-        raise UsageError("verification inputs apply to --verify and --bundle",
-                         hint="add --verify (or --bundle to store them in the program)")
-    rtol = DEFAULT_RTOL if options.rtol is None else options.rtol
-    atol = DEFAULT_ATOL if options.atol is None else options.atol
-    if not (rtol >= 0 and atol >= 0):
-        raise UsageError(f"tolerances must be >= 0, got rtol {rtol}, atol {atol}")
-
-
-def _references(sources: dict[str, MethodSource], exported: dict[str, ExportedProgram],
-                options: CompileOptions) -> dict[str, Reference] | None:
-    """Eager outputs for verifying or bundling, computed before any pass runs (a
-    pass may rewrite the captured graphs, and the weights they share, in place).
-
-    A method with program state is called several times in a row, so a
-    program that loses an update cannot pass."""
-    if not options.self_check:
+def _quantize(sources: dict[str, MethodSource], exported: dict[str, ExportedProgram],
+              options: CompileOptions) -> Quantized | None:
+    if options.quantize is None:
         return None
-    from exirc.diagnostics.reference import STATEFUL_CALLS, prepare
-    from exirc.ir.state import is_stateful, plan_state
+    from exirc.diagnostics.quantization import quantize_sources
+    from exirc.quantize import QuantizeConfig
 
-    plan_state(exported)
-    calls = {name: STATEFUL_CALLS for name, program in exported.items() if is_stateful(program)}
-    return prepare(sources, options.verify_inputs, calls=calls)
-
-
-def _verify_and_bundle(result: CompileResult, references: dict[str, Reference],
-                       options: CompileOptions, kernels: KernelRegistry | None) -> None:
-    """Verify first (a mismatch raises, so nothing is bundled or written), then bundle."""
-    from exirc.diagnostics.eager_check import bundle_references, verify_result
-    from exirc.diagnostics.tolerance import Tolerance
-    from exirc.serialize.bundled_cases import write_bundle
-    from exirc.serialize.writer import serialize
-
-    install_backend_kernels()  # both run the program in-process
-    tolerance = Tolerance(options.rtol, options.atol)
-    stages = result.report.stage_seconds
-    if options.verify:
-        started = time.perf_counter()
-        result.verification = verify_result(result, references, tolerance=tolerance,
-                                            kernels=kernels)
-        stages["verify"] = time.perf_counter() - started
-        result.verification.raise_if_failed()
-    if options.bundle:
-        started = time.perf_counter()
-        bundle = bundle_references(result, references, tolerance)
-        write_bundle(result.program, bundle)
-        result.data = serialize(result.program)
-        result.report.file_bytes = len(result.data)
-        result.bundled_cases = len(bundle.cases)
-        stages["bundle"] = time.perf_counter() - started
+    config = QuantizeConfig(options.quantize, options.quantize_group_size)
+    return quantize_sources(sources, exported, config, options.calibration_inputs)
 
 
 # -- kernels for backend ops bound to patterns -----------------------------------

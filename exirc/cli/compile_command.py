@@ -10,6 +10,7 @@ import click
 
 from exirc.cli.delegation_text import explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
+from exirc.cli.quantization_text import quantization_lines
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
 from exirc.targets import DEFAULT_TARGET, builtin_targets
@@ -35,6 +36,8 @@ Examples:
   exirc compile model.py --verify --verify-inputs in.npz --atol 1e-4
   exirc compile model.py --verify --bundle -o model.pte  # then: exirc run model.pte --check
   exirc compile model.py --plugin my_kernels -o m.pte    # custom ops: kernels from a module
+  exirc compile model.py --quantize int8 --calibration-inputs a.npz --target xnnpack
+  exirc compile llm.py --quantize int4-weight-only -o llm.pte
 
 \b
 Verification (--verify): the program runs in exirc's interpreter and the
@@ -111,6 +114,19 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
               help="Import a module (name or .py path) that registers kernels, e.g. for "
                    "custom operators; pass the same to `exirc run`.")
+@click.option("--quantize", type=click.Choice(["int8", "int8-weight-only", "int4-weight-only"]),
+              default=None,
+              help="Quantize before compiling: int8 (static: per-channel weights and "
+                   "per-tensor activations of conv/linear, calibrated), or the weight-only "
+                   "modes for language models (linear and embedding weights, group-wise "
+                   "scales). Prints weight bytes and accuracy against the float model.")
+@click.option("--calibration-inputs", "calibration_inputs", multiple=True, metavar="FILE.npz",
+              type=click.Path(dir_okay=False),
+              help="Inputs to calibrate --quantize int8 on and measure accuracy with, a .npz "
+                   "per case as --verify-inputs takes them (default: the example inputs).")
+@click.option("--group-size", type=int, default=None,
+              help="Values per scale of the weight-only modes (default: per channel for "
+                   "int8, 128 for int4; rows it does not divide get one scale per channel).")
 @click.option("--explain-delegation", type=click.Choice(["text", "json"]), is_flag=False,
               flag_value="text", default=None,
               help="Print every delegated partition (ops, source lines, weights) and every "
@@ -124,8 +140,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     print_ir_diff: bool, dump_dir: Path | None, max_arena: int | None,
                     verify: bool, verify_inputs: tuple[str, ...], rtol: float | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
-                    explain_delegation: str | None, time_passes: bool, quiet: bool,
-                    verbose: bool) -> None:
+                    quantize: str | None, calibration_inputs: tuple[str, ...],
+                    group_size: int | None, explain_delegation: str | None,
+                    time_passes: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.pipelines import load_pipeline
 
@@ -144,7 +161,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              print_ir_diff=print_ir_diff, dump_dir=dump_dir,
                              max_arena_bytes=max_arena, verify=verify,
                              verify_inputs=verify_inputs,
-                             rtol=rtol, atol=atol, bundle=bundle)
+                             rtol=rtol, atol=atol, bundle=bundle, quantize=quantize,
+                             calibration_inputs=calibration_inputs,
+                             quantize_group_size=group_size)
     if not output.parent.is_dir() and str(output.parent):
         raise UsageError(f"cannot write {output}: directory {output.parent} does not exist")
     for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)
@@ -178,6 +197,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         + (f", state {human_bytes(report.state_bytes)} (buffers the model updates, kept from "
            "run to run)" if report.state_bytes else ""),
     ]
+    if result.quantization is not None:
+        lines.extend(quantization_lines(result.quantization))
     delegated = summary_line(result.delegation)
     if delegated:
         lines.append(delegated)

@@ -5,7 +5,7 @@
     targets (data)          errors
     runtime                 errors, serialize, targets; never a compiler stage
     ir, passes              errors, serialize, targets: shared by every stage
-    capture -> aten -> edge -> backend -> plan -> emit
+    capture -> quantize -> aten -> edge -> backend -> plan -> emit
                             each stage: the above but the runtime, and the
                             stages before it
     pipelines, compiler, diagnostics, inspector, cli
@@ -22,7 +22,7 @@ from tests.layout.imports import Import, cycles, imports, modules
 
 BASE = ("errors", "serialize", "targets")
 SHARED = ("ir", "passes")
-STAGES = ("capture", "aten", "edge", "backend", "plan", "emit")
+STAGES = ("capture", "quantize", "aten", "edge", "backend", "plan", "emit")
 ON_TOP = ("pipelines", "compiler", "diagnostics", "inspector", "cli", "__main__")
 
 

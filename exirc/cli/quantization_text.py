@@ -1,0 +1,32 @@
+"""What `exirc compile --quantize` prints: the weight bytes saved, and the accuracy
+against the float model on the calibration inputs."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from exirc.inspector.render import human_bytes
+
+if TYPE_CHECKING:  # importing it imports torch, which `exirc --help` must not
+    from exirc.diagnostics.quantization import QuantizationReport
+
+
+def quantization_lines(report: QuantizationReport) -> list[str]:
+    if report.weights:
+        groups = sorted({w.group_size for w in report.weights})
+        what = (f"{len(report.weights)} weight table{'s' if len(report.weights) != 1 else ''}"
+                f" (group size {', '.join(map(str, groups))})")
+    else:
+        what = f"{report.quantized_ops} conv/linear layer{'s' if report.quantized_ops != 1 else ''}"
+    lines = [
+        f"  quantized {report.mode}: {what}, calibrated on {', '.join(report.calibration)}",
+        f"  weights {human_bytes(report.float_weight_bytes)} float -> "
+        f"{human_bytes(report.weight_bytes)} stored ({report.weight_ratio:.2f}x)",
+    ]
+    for accuracy in report.accuracy:
+        sqnr = "exact" if math.isinf(accuracy.sqnr_db) and accuracy.sqnr_db > 0 else \
+            f"SQNR {accuracy.sqnr_db:.1f} dB"
+        lines.append(f"  accuracy vs float, {accuracy.method} output {accuracy.output}: {sqnr}, "
+                     f"max abs error {accuracy.max_abs_error:.3g}")
+    return lines

@@ -1,0 +1,119 @@
+"""The quantize stage: captured float methods -> quantized ATen-dialect methods.
+
+Between capture and the ATen stage, `--quantize MODE` rewrites each method:
+
+- `int8`: post-training static quantization through torchao's pt2e flow
+  (`prepare_pt2e`, calibration on the given inputs, `convert_pt2e`) with
+  exirc's own quantizer (`exirc.quantize.quantizer`);
+- `int8-weight-only`, `int4-weight-only`: linear and embedding weights stored
+  as integers with group-wise scales (`exirc.quantize.weight_only`).
+
+Either way the result is re-exported, so what the pipeline gets is an
+ordinary ATen-dialect program with `quantized_decomposed` Q/DQ ops, as if the
+user had quantized the model themselves; the quantized graph module is also
+the reference `--verify` compares the program with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from exirc.errors import ModelError, UsageError
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+    from torch.fx import GraphModule
+
+    from exirc.quantize.weight_only import QuantizedWeight
+
+MODES = ("int8", "int8-weight-only", "int4-weight-only")
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    mode: str
+    group_size: int | None = None  # weight-only: values per scale (None: the mode's default)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"unknown quantization mode {self.mode!r}",
+                             hint=f"modes: {', '.join(MODES)}")
+        if self.group_size is not None:
+            if self.mode == "int8":
+                raise UsageError("a group size applies to the weight-only modes",
+                                 hint="int8 quantizes weights per output channel")
+            if self.group_size < 2 or self.group_size % 2:
+                raise UsageError(f"group size {self.group_size} must be an even number >= 2")
+
+    @property
+    def bits(self) -> int:
+        return 4 if self.mode.startswith("int4") else 8
+
+
+@dataclass
+class QuantizedMethod:
+    module: GraphModule  # the quantized model, as torch runs it (the reference)
+    program: ExportedProgram  # re-exported: the ATen-dialect input of the pipeline
+    weights: list[QuantizedWeight]  # weight-only: what was quantized
+    quantized_ops: int  # static: ops whose weights or activations are quantized
+
+
+def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
+                    calibration: Sequence[tuple[Any, ...]], example_inputs: tuple[Any, ...],
+                    dynamic_shapes: Any, where: str) -> QuantizedMethod:
+    """Quantize one captured method. `calibration` holds the argument tuples the
+    static mode observes; `where` names the method for messages."""
+    from exirc.capture.export_failures import quiet_torch
+
+    module = exported.module()
+    weights: list[QuantizedWeight] = []
+    quantized_ops = 0
+    if config.mode == "int8":
+        module, quantized_ops = _static_int8(module, calibration, where)
+    else:
+        from exirc.quantize.weight_only import quantize_weights
+
+        weights = quantize_weights(module, config.bits, config.group_size)
+    if not weights and not quantized_ops:
+        raise ModelError(f"{where}: --quantize {config.mode} found nothing to quantize",
+                         hint="it quantizes conv and linear layers (int8) or linear and "
+                              "embedding weights (weight-only); compile without --quantize")
+    try:
+        with quiet_torch():
+            program = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
+                                          strict=False)
+    except Exception as error:
+        raise ModelError(f"{where}: exporting the quantized model failed: "
+                         f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
+                         hint="rerun with --debug to see the traceback") from error
+    return QuantizedMethod(module, program, weights, quantized_ops)
+
+
+def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
+                 where: str) -> tuple[GraphModule, int]:
+    try:
+        from torchao.quantization.pt2e import move_exported_model_to_eval
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    except ImportError as error:
+        raise UsageError("--quantize int8 needs torchao's pt2e quantization",
+                         hint="pip install torchao==0.18.0") from error
+    from exirc.quantize.quantizer import make_quantizer
+
+    prepared = prepare_pt2e(module, make_quantizer())
+    try:
+        with torch.no_grad():
+            for args in calibration:
+                prepared(*args)
+    except Exception as error:
+        raise ModelError(f"{where}: calibrating failed: {type(error).__name__}: "
+                         f"{(str(error).splitlines() or [''])[0]}") from error
+    converted = convert_pt2e(prepared)
+    move_exported_model_to_eval(converted)
+    torch.nn.Module.train(converted, False)
+    quantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
+    count = sum(1 for n in converted.graph.nodes if n.target == quantize)
+    return converted, count

@@ -1,0 +1,159 @@
+"""Weight-only quantization: linear and embedding weights stored as int8 or int4.
+
+Language models spend their bytes and memory bandwidth on weights, and
+quantizing only the weights keeps activations in float, so accuracy barely
+moves. Each weight of an embedding, linear, or `addmm`/`mm` with a constant
+weight (transformers' GPT-2 `Conv1D`) becomes an integer table with
+symmetric scales per group of `group_size` values along the reduction axis
+(per output channel when the group spans the whole row), and the graph reads
+it through `quantized_decomposed::dequantize_per_channel_group`. QuantFusion
+(`exirc.backend.quant_fusion`) later turns those into ExecuTorch's
+`embedding_byte` / `embedding_4bit` kernels, packing int4 two to a byte.
+
+A weight shared by several ops (tied embeddings and LM heads) is quantized
+once and stored once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+_aten = torch.ops.aten
+
+# bits -> (quant_min, quant_max) as ExecuTorch's embedding kernels take them
+RANGES = {8: (-128, 127), 4: (-8, 7)}
+DEFAULT_GROUP_SIZE = {8: None, 4: 128}  # None: one scale per output channel
+
+
+@dataclass
+class QuantizedWeight:
+    """One weight as stored: which ops read it, its shape, and its group size."""
+
+    name: str
+    shape: tuple[int, ...]
+    group_size: int
+    users: list[str] = field(default_factory=list)
+
+
+def quantize_rows(weight: torch.Tensor, bits: int, group_size: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 2-D float weight -> (int8 values, float32 scales [rows, columns/group]),
+    symmetric, so the zero point is 0 and dequantizing is one multiply."""
+    rows, columns = weight.shape
+    quant_min, quant_max = RANGES[bits]
+    groups = weight.detach().to(torch.float32).reshape(rows, columns // group_size, group_size)
+    # The largest magnitude maps to quant_max; a group of zeros keeps a tiny scale.
+    scales = (groups.abs().amax(dim=-1) / quant_max).clamp(min=torch.finfo(torch.float32).tiny)
+    values = torch.round(groups / scales.unsqueeze(-1)).clamp(quant_min, quant_max)
+    return values.reshape(rows, columns).to(torch.int8), scales
+
+
+def group_size_for(columns: int, bits: int, group_size: int | None) -> int:
+    """The group size used for rows of `columns` values: `group_size` (default by
+    bits) when it divides them, else the whole row (one scale per channel)."""
+    wanted = DEFAULT_GROUP_SIZE[bits] if group_size is None else group_size
+    if wanted is None or wanted >= columns or columns % wanted:
+        return columns
+    return wanted
+
+
+def quantize_weights(model: GraphModule, bits: int, group_size: int | None = None
+                     ) -> list[QuantizedWeight]:
+    """Rewrite `model` (an exported graph module) in place; return what was quantized."""
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (defines the dequantize op)
+
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel_group.default
+    quant_min, quant_max = RANGES[bits]
+    done: dict[tuple[str, bool], tuple[Node, QuantizedWeight]] = {}
+    graph = model.graph
+    for node in list(graph.nodes):
+        found = _weight_use(model, node)
+        if found is None:
+            continue
+        index, transposed = found
+        weight_node = node.args[index]
+        assert isinstance(weight_node, Node)
+        key = (str(weight_node.target), transposed)
+        if key not in done:
+            weight = _attribute(model, str(weight_node.target))
+            rows = weight.t() if transposed else weight
+            size = group_size_for(rows.shape[1], bits, group_size)
+            values, scales = quantize_rows(rows, bits, size)
+            stem = str(weight_node.target).replace(".", "_")
+            suffix = "_t" if transposed else ""
+            model.register_buffer(f"{stem}{suffix}_int{bits}", values)
+            model.register_buffer(f"{stem}{suffix}_scales", scales)
+            with graph.inserting_before(_first_node(graph)):
+                stored = graph.get_attr(f"{stem}{suffix}_int{bits}")
+                scale_node = graph.get_attr(f"{stem}{suffix}_scales")
+            with graph.inserting_before(node):
+                read: Node = graph.call_function(dequantize, (
+                    stored, scale_node, None, quant_min, quant_max, torch.int8, size,
+                    torch.float32))
+                if transposed:
+                    read = graph.call_function(_aten.t.default, (read,))
+            entry = QuantizedWeight(str(weight_node.target), tuple(weight.shape), size)
+            done[key] = (read, entry)
+        read, entry = done[key]
+        entry.users.append(node.name)
+        node.update_arg(index, read)
+    graph.eliminate_dead_code()
+    model.delete_all_unused_submodules()
+    _drop_unused_attributes(model)
+    model.recompile()
+    return [entry for _, entry in done.values()]
+
+
+def _weight_use(model: GraphModule, node: Node) -> tuple[int, bool] | None:
+    """(argument index, whether stored transposed) of a constant 2-D float weight
+    that `node` reads as an embedding table or a matmul's right side."""
+    if node.op != "call_function":
+        return None
+    if node.target == _aten.embedding.default:
+        index, transposed = 0, False
+    elif node.target == _aten.linear.default:
+        index, transposed = 1, False
+    elif node.target == _aten.addmm.default:
+        index, transposed = 2, True  # [in, out]: groups run along `in`, a column
+    elif node.target == _aten.mm.default:
+        index, transposed = 1, True
+    else:
+        return None
+    if len(node.args) <= index:
+        return None
+    weight = node.args[index]
+    if not isinstance(weight, Node) or weight.op != "get_attr":
+        return None
+    value = _attribute(model, str(weight.target))
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or value.dim() != 2:
+        return None
+    return index, transposed
+
+
+def _attribute(model: GraphModule, target: str) -> Any:
+    owner: Any = model
+    for part in target.split("."):
+        owner = getattr(owner, part, None)
+    return owner
+
+
+def _first_node(graph: torch.fx.Graph) -> Node:
+    return next(n for n in graph.nodes if n.op != "placeholder")
+
+
+def _drop_unused_attributes(model: GraphModule) -> None:
+    """Float weights no node reads any more: deleted, so they are not exported."""
+    used = {str(n.target) for n in model.graph.nodes if n.op == "get_attr"}
+    for name, _ in list(model.named_parameters()) + list(model.named_buffers()):
+        if name in used:
+            continue
+        owner_name, _, attribute = name.rpartition(".")
+        owner = model.get_submodule(owner_name) if owner_name else model
+        if attribute in owner._parameters:
+            del owner._parameters[attribute]
+        elif attribute in owner._buffers:
+            del owner._buffers[attribute]
