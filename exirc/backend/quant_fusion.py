@@ -5,6 +5,8 @@ and builds the replacement, or declines. The ops it makes are ExecuTorch's
 quantized kernel library's (`exirc.backend.quantized_ops`), so a target lists
 the patterns its runtime has kernels for:
 
+- `symmetric`: a per-channel dequantize with all-zero zero points reads none
+  (they cost 8 bytes a channel).
 - `embedding`: an embedding of a dequantized table (weight-only quantization,
   or pt2e's per-channel embedding) looks up rows of the integer table and
   dequantizes only those: `embedding_byte` / `embedding_4bit` / `embedding_2bit`.
@@ -14,8 +16,9 @@ the patterns its runtime has kernels for:
   linear's) dequantizes the whole table through the same kernel, looking up
   every row: ExecuTorch has no group-wise dequantize kernel, and this one is
   exact.
-- `add`: DQ(a) + DQ(b) -> Q becomes `quantized_decomposed::add` on the int8
-  tensors, for same-shape per-tensor operands.
+- `add`: DQ(a) + DQ(b) -> Q becomes `quantized_decomposed::add` on the
+  quantized tensors, for same-shape per-tensor uint8 operands (ExecuTorch's
+  kernel takes uint8 only; int8 adds stay DQ -> add -> Q).
 """
 
 from __future__ import annotations
@@ -113,21 +116,33 @@ def _dequantized_weight(program: ExportedProgram, node: Node) -> Node | None:
     found = _dequantized_table(program, node)
     if found is None:
         return None
-    rows = add_constant(program, f"{node.name}_rows", torch.arange(found[1].shape[0]),
-                        described="every row of a quantized weight")
-    return _embedding_call(program, found, rows, node)
+    return _embedding_call(program, found, _row_indices(program, found[1].shape[0]), node)
+
+
+def _row_indices(program: ExportedProgram, count: int) -> Node:
+    """A constant arange(count), one per row count in the program: the layers of
+    a transformer share a handful."""
+    graph = program.graph_module.graph
+    name = f"_quantized_rows_{count}"
+    for node in graph.nodes:
+        if node.op == "placeholder" and node.name == name:
+            return node
+        if node.op != "placeholder":
+            break
+    return add_constant(program, name, torch.arange(count),
+                        described="row indices that dequantize a whole quantized weight")
 
 
 def _per_tensor_args(node: Any) -> tuple[Any, ...] | None:
-    """(input, scale, zero point, quant_min, quant_max) of an int8 per-tensor DQ."""
+    """(input, scale, zero point, quant_min, quant_max) of a uint8 per-tensor DQ."""
     if not isinstance(node, Node) or node.target != _dequantize_per_tensor() or \
-            node.args[5] != torch.int8 or node.kwargs.get("out_dtype") not in (None,):
+            node.args[5] != torch.uint8 or node.kwargs.get("out_dtype") not in (None,):
         return None
     return tuple(node.args[:5])
 
 
 def _add(program: ExportedProgram, node: Node) -> Node | None:
-    if node.target != _quantize_per_tensor() or node.args[5] != torch.int8:
+    if node.target != _quantize_per_tensor() or node.args[5] != torch.uint8:
         return None
     added = node.args[0]
     if not isinstance(added, Node) or added.target != _aten.add.Tensor or \
@@ -156,7 +171,24 @@ def _dequantize_per_tensor() -> Any:
     return torch.ops.quantized_decomposed.dequantize_per_tensor.default
 
 
+def _symmetric(program: ExportedProgram, node: Node) -> Node | None:
+    """A per-channel dequantize whose zero points are a constant of zeros (pt2e
+    stores them, as int64, even for symmetric weights) reads none instead."""
+    if not is_quantize(node.target, "dequantize_per_channel") or len(node.args) < 3 or \
+            not isinstance(node.args[2], Node):
+        return None
+    zero_points = constant_tensor(program, node.args[2])
+    if zero_points is None or bool(zero_points.any()):
+        return None
+    with node.graph.inserting_before(node):
+        fused = node.graph.call_function(node.target, (*node.args[:2], None, *node.args[3:]),
+                                         dict(node.kwargs))
+    fused.meta.update(node.meta)
+    return fused
+
+
 PATTERNS: dict[str, QuantPattern] = {p.name: p for p in (
+    QuantPattern("symmetric", _symmetric),
     QuantPattern("embedding", _embedding),
     QuantPattern("dequantized_weight", _dequantized_weight),
     QuantPattern("add", _add),

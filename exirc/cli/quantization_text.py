@@ -13,12 +13,15 @@ if TYPE_CHECKING:  # importing it imports torch, which `exirc --help` must not
 
 
 def quantization_lines(report: QuantizationReport) -> list[str]:
+    parts = []
+    if report.quantized_ops:
+        count = report.quantized_ops
+        parts.append(f"{count} conv/linear layer{'s' if count != 1 else ''}")
     if report.weights:
         groups = sorted({w.group_size for w in report.weights})
-        what = (f"{len(report.weights)} weight table{'s' if len(report.weights) != 1 else ''}"
-                f" (group size {', '.join(map(str, groups))})")
-    else:
-        what = f"{report.quantized_ops} conv/linear layer{'s' if report.quantized_ops != 1 else ''}"
+        parts.append(f"{len(report.weights)} weight table{'s' if len(report.weights) != 1 else ''}"
+                     f" (group size {', '.join(map(str, groups))})")
+    what = " and ".join(parts)
     lines = [
         f"  quantized {report.mode}: {what}, calibrated on {', '.join(report.calibration)}",
         f"  weights {human_bytes(report.float_weight_bytes)} float -> "

@@ -4,7 +4,8 @@ Between capture and the ATen stage, `--quantize MODE` rewrites each method:
 
 - `int8`: post-training static quantization through torchao's pt2e flow
   (`prepare_pt2e`, calibration on the given inputs, `convert_pt2e`) with
-  exirc's own quantizer (`exirc.quantize.quantizer`);
+  exirc's own quantizer (`exirc.quantize.quantizer`), and embedding tables
+  int8 per row (weight-only: an embedding has no activation to quantize);
 - `int8-weight-only`, `int4-weight-only`: linear and embedding weights stored
   as integers with group-wise scales (`exirc.quantize.weight_only`).
 
@@ -72,11 +73,14 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
     module = exported.module()
     weights: list[QuantizedWeight] = []
     quantized_ops = 0
+    from exirc.quantize.weight_only import quantize_weights
+
     if config.mode == "int8":
         module, quantized_ops = _static_int8(module, calibration, where)
+        # Embedding tables are weights pt2e leaves float; in language models they
+        # are most of the bytes. They become int8 rows read by embedding_byte.
+        weights = quantize_weights(module, 8, embeddings_only=True)
     else:
-        from exirc.quantize.weight_only import quantize_weights
-
         weights = quantize_weights(module, config.bits, config.group_size)
     if not weights and not quantized_ops:
         raise ModelError(f"{where}: --quantize {config.mode} found nothing to quantize",

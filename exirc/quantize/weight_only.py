@@ -61,9 +61,11 @@ def group_size_for(columns: int, bits: int, group_size: int | None) -> int:
     return wanted
 
 
-def quantize_weights(model: GraphModule, bits: int, group_size: int | None = None
-                     ) -> list[QuantizedWeight]:
-    """Rewrite `model` (an exported graph module) in place; return what was quantized."""
+def quantize_weights(model: GraphModule, bits: int, group_size: int | None = None,
+                     embeddings_only: bool = False) -> list[QuantizedWeight]:
+    """Rewrite `model` (an exported graph module) in place; return what was quantized.
+
+    `embeddings_only` leaves matmul weights alone (static int8 quantizes those)."""
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (defines the dequantize op)
 
     dequantize = torch.ops.quantized_decomposed.dequantize_per_channel_group.default
@@ -72,7 +74,7 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
     graph = model.graph
     for node in list(graph.nodes):
         found = _weight_use(model, node)
-        if found is None:
+        if found is None or (embeddings_only and node.target != _aten.embedding.default):
             continue
         index, transposed = found
         weight_node = node.args[index]
