@@ -180,8 +180,10 @@ def _symmetric(program: ExportedProgram, node: Node) -> Node | None:
     zero_points = constant_tensor(program, node.args[2])
     if zero_points is None or bool(zero_points.any()):
         return None
+    target = node.target
+    assert callable(target)
     with node.graph.inserting_before(node):
-        fused = node.graph.call_function(node.target, (*node.args[:2], None, *node.args[3:]),
+        fused = node.graph.call_function(target, (*node.args[:2], None, *node.args[3:]),
                                          dict(node.kwargs))
     fused.meta.update(node.meta)
     return fused
