@@ -21,25 +21,15 @@ patterns are reference implementations in torch; the runtime's kernels
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any
 
 import torch
 
 from exirc.backend.ops import BackendOp
+from exirc.ir.quantize_ops import define_quantize_ops
 
 NAMESPACE = "quantized_decomposed"
-
-
-def _ensure_torch_ops() -> Any:
-    """torch.ops.quantized_decomposed with the Q/DQ ops defined: torch defines the
-    per-tensor ones, torchao (when installed) the per-channel and per-token ones."""
-    import torch.ao.quantization.fx._decomposed  # noqa: F401  (defines the ops)
-
-    with contextlib.suppress(ImportError):
-        import torchao.quantization.pt2e  # noqa: F401  (defines the rest)
-    return torch.ops.quantized_decomposed
 
 
 def _op(schema: str, pattern: Any) -> BackendOp:
@@ -93,7 +83,7 @@ _OUT_SCHEMAS = {
 @functools.cache
 def out_forms() -> dict[Any, BackendOp]:
     """Each Q/DQ OpOverload -> the backend op of its ExecuTorch out form."""
-    ops = _ensure_torch_ops()
+    ops = define_quantize_ops()
     forms: dict[Any, BackendOp] = {}
     for overload, schema in _OUT_SCHEMAS.items():
         packet_name, _, overload_name = overload.partition(".")
@@ -188,7 +178,7 @@ def _quantized_add(a: torch.Tensor, a_scale: float, a_zero_point: int, a_quant_m
                    a_quant_max: int, b: torch.Tensor, b_scale: float, b_zero_point: int,
                    b_quant_min: int, b_quant_max: int, out_scale: float, out_zero_point: int,
                    out_quant_min: int, out_quant_max: int) -> torch.Tensor:
-    ops = _ensure_torch_ops()
+    ops = define_quantize_ops()
     total = ops.dequantize_per_tensor(a, a_scale, a_zero_point, a_quant_min, a_quant_max,
                                       a.dtype) + \
         ops.dequantize_per_tensor(b, b_scale, b_zero_point, b_quant_min, b_quant_max, b.dtype)

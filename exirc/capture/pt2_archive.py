@@ -13,12 +13,14 @@ import torch
 from exirc.capture.loaded_model import MAIN_METHOD, LoadedModel, MethodSource
 from exirc.capture.messages import first_line
 from exirc.errors import ModelError
+from exirc.ir.quantize_ops import define_quantize_ops
 from exirc.ir.source import display_path
 
 
 def load_pt2(path: str) -> LoadedModel:
     """The archive's program as the main method."""
     shown = display_path(path)
+    define_quantize_ops()  # a quantized program calls them; loading resolves them by name
     try:
         exported = torch.export.load(path)
     except Exception as e:
