@@ -12,6 +12,7 @@ from exirc.cli.style import styler
 from exirc.inspector.describe import describe, program_shapes
 from exirc.inspector.memory_report import MethodMemory, memory_report
 from exirc.inspector.memory_report_text import render_memory
+from exirc.inspector.quantization_text import render_quantization
 from exirc.inspector.render import render_instructions, render_summary
 from exirc.inspector.size import size_report
 from exirc.inspector.size_text import render_size
@@ -24,13 +25,14 @@ Examples:
   exirc inspect model.pte --show instructions   every instruction as SSA text
   exirc inspect model.pte --show memory         arena use: peak, where, fragmentation
   exirc inspect model.pte --show size           every byte of the file, attributed
+  exirc inspect model.pte --show quantization   each quantized tensor: scheme, scales, zero points
   exirc inspect model.pte --memory-plan plan.html
   exirc inspect model.pte --json | jq '.methods[0].operators'
 
 The --json shape is versioned ("format_version"); see README.md.
 """
 
-VIEWS = ["summary", "instructions", "memory", "size"]
+VIEWS = ["summary", "instructions", "memory", "size", "quantization"]
 
 
 @click.command("inspect", epilog=EPILOG)
@@ -81,6 +83,8 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
         texts.append(render_memory(memory, bold))
     if size is not None:
         texts.append(render_size(size, bold, path=path))
+    if "quantization" in views:
+        texts.append(render_quantization(info, bold))
     click.echo("\n\n".join(texts))
 
 

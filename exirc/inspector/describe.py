@@ -22,6 +22,7 @@ from exirc.inspector.delegates import (
     weight_segments,
 )
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
+from exirc.inspector.quantization import quantization_facts
 from exirc.serialize import ProgramFile, symbolic_shapes
 from exirc.serialize import program as P
 from exirc.serialize.bundled_cases import read_bundle
@@ -72,6 +73,7 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
                                   [p for p in payloads if p.method == plan.name], key_users)
                     for plan in program.execution_plan],
         "bundled_cases": bundled_cases(program),
+        "quantization": quantization_facts(program, payloads),
     }
 
 

@@ -22,7 +22,7 @@ and the branches and loop bodies it delimits are indented:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,7 +238,9 @@ def source_of(frames: list[P.Frame]) -> dict[str, Any] | None:
 
 
 def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None,
-                  payloads: Sequence[Payload] = ()) -> list[str]:
+                  payloads: Sequence[Payload] = (),
+                  notes: Mapping[tuple[int, int], str] | None = None) -> list[str]:
+    """`notes`: (chain, index) -> text shown after a call, in braces."""
     lines = []
     context = ListingContext.of(plan, shapes, payloads)
     width = len(str(max((len(c.instructions) for c in plan.chains), default=1)))
@@ -252,6 +254,8 @@ def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None,
             for label in layout.before.get(i, []):
                 lines.append(f"  {'':>{width}}  {pad[:-2]}{label}")
             text = f"  {i:>{width}}  {pad}{instruction_text(plan, instr, context)}"
+            if notes and (c, i) in notes:
+                text += f" {{{notes[c, i]}}}"
             source = source_of(chain.stacktrace[i].items) if chain.stacktrace else None
             if source and source["file"]:
                 text += f"    # {source['file']}:{source['line']}"

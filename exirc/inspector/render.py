@@ -11,6 +11,7 @@ from typing import Any
 
 from exirc.inspector.delegates import counts_text, plan_payloads
 from exirc.inspector.listing import listing_lines
+from exirc.inspector.quantization import call_notes, scheme_counts
 from exirc.serialize.program import ExecutionPlan, Program
 from exirc.serialize.symbolic_shapes import MethodShapes
 
@@ -83,6 +84,12 @@ def render_summary(info: dict[str, Any], bold: Style) -> str:
              for key in ("program", "constants", "delegate_data", "other_segments", "padding")
              if size[key] or key in ("program", "constants")]
     lines.append(bold("size: ") + " | ".join(parts))
+    quantized = info.get("quantization", {}).get("tensors", [])
+    if quantized:  # a float program's summary stays as it was
+        schemes = counts_text({k.replace("_", "-"): n
+                               for k, n in scheme_counts(quantized).items()})
+        lines.append(bold("quantization: ") + f"{plural(len(quantized), 'quantized tensor')} "
+                     f"({schemes}; see --show quantization)")
     if info.get("bundled_cases"):
         lines.append(bold("bundled test cases: ") + ", ".join(
             f"{clean(m)} {n}" for m, n in info["bundled_cases"].items())
@@ -198,5 +205,7 @@ def render_instructions(plans: list[ExecutionPlan], bold: Style,
         lines.append(bold(f"method {clean(plan.name)}:"))
         method_shapes = shapes.get(plan.name) if shapes else None
         payloads = plan_payloads(program, plan) if program is not None else []
-        lines.extend(clean(line) for line in listing_lines(plan, method_shapes, payloads))
+        # Quantized calls whose scales are tensors say what the tensors hold.
+        notes = call_notes(program, plan) if program is not None else None
+        lines.extend(clean(line) for line in listing_lines(plan, method_shapes, payloads, notes))
     return "\n".join(lines)

@@ -57,6 +57,7 @@ def test_summary_figures(capsys: pytest.CaptureFixture[str], add_pte: Path) -> N
     assert code == 0
     info = json.loads(out)
     assert info["format"] == "exirc.inspect" and info["format_version"] == 1
+    assert info["quantization"] == {"count": 0, "tensors": []}  # added within version 1
     (method,) = info["methods"]
     assert method["inputs"] == [{"value": 0, "kind": "Tensor", "type": "f32[2, 3]",
                                  "dtype": "f32", "shape": [2, 3], "dynamism": "static",
