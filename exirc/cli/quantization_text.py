@@ -23,7 +23,9 @@ def quantization_lines(report: QuantizationReport) -> list[str]:
                      f" (group size {', '.join(map(str, groups))})")
     what = " and ".join(parts)
     lines = [
-        f"  quantized {report.mode}: {what}, calibrated on {', '.join(report.calibration)}",
+        f"  quantized {report.mode}: {what}, "
+        f"{'calibrated' if report.mode == 'int8' else 'measured'} on "
+        f"{', '.join(report.calibration)}",
         f"  weights {human_bytes(report.float_weight_bytes)} float -> "
         f"{human_bytes(report.weight_bytes)} stored ({report.weight_ratio:.2f}x)",
     ]
