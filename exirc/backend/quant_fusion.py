@@ -120,8 +120,9 @@ def _dequantized_weight(program: ExportedProgram, node: Node) -> Node | None:
 
 
 def _row_indices(program: ExportedProgram, count: int) -> Node:
-    """A constant arange(count), one per row count in the program: the layers of
-    a transformer share a handful."""
+    """A constant arange(count), one per row count in the program (the layers of
+    a transformer share a handful); int32, which the embedding kernels take, as
+    it costs half of int64's bytes."""
     graph = program.graph_module.graph
     name = f"_quantized_rows_{count}"
     for node in graph.nodes:
@@ -129,7 +130,7 @@ def _row_indices(program: ExportedProgram, count: int) -> Node:
             return node
         if node.op != "placeholder":
             break
-    return add_constant(program, name, torch.arange(count),
+    return add_constant(program, name, torch.arange(count, dtype=torch.int32),
                         described="row indices that dequantize a whole quantized weight")
 
 

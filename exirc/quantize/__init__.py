@@ -70,6 +70,11 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
     static mode observes; `where` names the method for messages."""
     from exirc.capture.export_failures import quiet_torch
 
+    if dynamic_shapes is None and _has_dynamic_inputs(exported):
+        raise ModelError(f"{where}: the program has dynamic shapes, which quantizing would "
+                         "lose: re-exporting needs the model's dynamic_shapes",
+                         hint="quantize the model file (with `dynamic_shapes`) rather than a "
+                              ".pt2 archive, or export the archive with static shapes")
     module = exported.module()
     weights: list[QuantizedWeight] = []
     quantized_ops = 0
@@ -121,3 +126,12 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
     quantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
     count = sum(1 for n in converted.graph.nodes if n.target == quantize)
     return converted, count
+
+
+def _has_dynamic_inputs(exported: ExportedProgram) -> bool:
+    for node in exported.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(value, torch.Tensor) and \
+                any(isinstance(size, torch.SymInt) for size in value.shape):
+            return True
+    return False
