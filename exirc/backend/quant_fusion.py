@@ -107,7 +107,14 @@ def _embedding(program: ExportedProgram, node: Node) -> Node | None:
     if any(a not in (-1, False) for a in node.args[2:]):
         return None  # padding_idx / scale_grad_by_freq / sparse: the kernels have none
     found = _dequantized_table(program, node.args[0])
-    return None if found is None else _embedding_call(program, found, node.args[1], node)
+    if found is None or (found[-1] == 8 and not _is_int64(node.args[1])):
+        return None  # embedding_byte takes int64 indices only: dequantize the whole table
+    return _embedding_call(program, found, node.args[1], node)
+
+
+def _is_int64(node: Any) -> bool:
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return isinstance(value, torch.Tensor) and value.dtype == torch.int64
 
 
 def _dequantized_weight(program: ExportedProgram, node: Node) -> Node | None:
@@ -116,21 +123,24 @@ def _dequantized_weight(program: ExportedProgram, node: Node) -> Node | None:
     found = _dequantized_table(program, node)
     if found is None:
         return None
-    return _embedding_call(program, found, _row_indices(program, found[1].shape[0]), node)
+    bits = found[-1]
+    return _embedding_call(program, found, _row_indices(program, found[1].shape[0], bits), node)
 
 
-def _row_indices(program: ExportedProgram, count: int) -> Node:
+def _row_indices(program: ExportedProgram, count: int, bits: int) -> Node:
     """A constant arange(count), one per row count in the program (the layers of
-    a transformer share a handful); int32, which the embedding kernels take, as
-    it costs half of int64's bytes."""
+    a transformer share a handful). ExecuTorch's 4- and 2-bit embedding kernels
+    take int32 indices, half of int64's bytes; its embedding_byte takes int64
+    only (and aborts on others)."""
+    dtype = torch.int64 if bits == 8 else torch.int32
     graph = program.graph_module.graph
-    name = f"_quantized_rows_{count}"
+    name = f"_quantized_rows_{count}_{str(dtype).removeprefix('torch.')}"
     for node in graph.nodes:
         if node.op == "placeholder" and node.name == name:
             return node
         if node.op != "placeholder":
             break
-    return add_constant(program, name, torch.arange(count, dtype=torch.int32),
+    return add_constant(program, name, torch.arange(count, dtype=dtype),
                         described="row indices that dequantize a whole quantized weight")
 
 
