@@ -48,6 +48,7 @@ class QuantizationReport:
     quantized_ops: int = 0  # int8: conv/linear layers quantized
     weights: list[QuantizedWeight] = field(default_factory=list)  # weight-only
     accuracy: list[OutputAccuracy] = field(default_factory=list)
+    output_step: float = 0.0  # the largest quantization step of a quantized output
 
     @property
     def weight_ratio(self) -> float:
@@ -100,6 +101,7 @@ def quantize_sources(sources: dict[str, MethodSource], exported: dict[str, Expor
         new_sources[name] = replace(source, module=quantized.module, exported=None)
         report.quantized_ops += quantized.quantized_ops
         report.weights.extend(quantized.weights)
+        report.output_step = max([report.output_step, *output_steps(quantized.module)])
     return Quantized(new_sources, new_exported, references, report)
 
 
@@ -134,6 +136,16 @@ def measure(result: CompileResult, quantized: Quantized,
                                             if error.numel() else 0.0))
     report.accuracy = [OutputAccuracy(name, index, _sqnr(signal, noise), largest)
                        for (name, index), (signal, noise, largest) in worst.items()]
+
+
+def output_steps(module: torch.fx.GraphModule) -> list[float]:
+    """The scale of each output the quantized module dequantizes last (per tensor)."""
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    outputs = [n for n in module.graph.nodes if n.op == "output"]
+    values = torch.utils._pytree.tree_leaves(outputs[0].args) if outputs else []
+    return [float(v.args[1]) for v in values
+            if isinstance(v, torch.fx.Node) and v.target == dequantize
+            and isinstance(v.args[1], (int, float))]
 
 
 def _sqnr(signal: float, noise: float) -> float:
