@@ -27,6 +27,7 @@ import torch
 
 from exirc.errors import UsageError
 from exirc.runtime.exirc_ops import OWN_KERNELS
+from exirc.runtime.quantized_kernels import QUANTIZED_KERNELS
 
 KernelFn = TypeVar("KernelFn", bound=Callable[..., Any])
 
@@ -223,5 +224,5 @@ def _direct_call(op: torch._ops.OpOverload) -> Callable[..., Any]:
 
 # exirc's own backend ops, registered here so that the default registry has them
 # whoever imports it first (`exirc_ops` cannot import the registry: a cycle).
-for _spec, _fn in OWN_KERNELS.items():
+for _spec, _fn in {**OWN_KERNELS, **QUANTIZED_KERNELS}.items():
     KERNELS.register(_spec, _fn)
