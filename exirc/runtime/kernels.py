@@ -7,8 +7,9 @@ values) into a call; `exirc.runtime.binding` does that, once, at load.
 
 Lookup order for `namespace::name.overload`:
   1. kernels registered by name: the ExecuTorch prim ops (`prim_ops`), exirc's
-     own backend ops (`exirc_ops`, e.g. `exirc::addmm_relu.out`), and users'
-     own (`@register_kernel`, or a plugin module that uses it, such as one
+     own backend ops (`exirc_ops`, e.g. `exirc::addmm_relu.out`), ExecuTorch's
+     quantized kernel library (`quantized_kernels`, `quantized_decomposed::*`),
+     and users' own (`@register_kernel`, or a plugin module that uses it, such as one
      binding a backend op to a pattern);
   2. any ATen operator, straight from torch's op registry and its schema, so
      every `aten::*.out` op runs without an entry here.
