@@ -127,8 +127,11 @@ class Method:
                 budget -= 1
                 if budget < 0:
                     raise self._step_limit(chain, pc)
-        except ExircError:
-            raise
+        except ExircError as error:
+            located = self._located(chain, pc, error)
+            if located is error:
+                raise
+            raise located from error
         except Exception as error:  # noqa: BLE001 (any kernel's failure, named and re-raised)
             raise self._failure(chain, pc, error) from error
         return budget
@@ -144,8 +147,11 @@ class Method:
             at = pc
             try:
                 jump = steps[at]()
-            except ExircError:
-                raise
+            except ExircError as error:
+                located = self._located(chain, at, error)
+                if located is error:
+                    raise
+                raise located from error
             except Exception as error:  # noqa: BLE001 (as in _execute)
                 raise self._failure(chain, at, error) from error
             pc = at + 1 if jump is None else jump
@@ -176,6 +182,17 @@ class Method:
         source = f" (from {site.source})" if site.source else ""
         return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
                               f"{self.name!r}: {type(error).__name__}: {detail}{source}")
+
+    def _located(self, chain: int, pc: int, error: ExircError) -> ExircError:
+        """A kernel's own ExecutionError (a quantized kernel refusing its arguments)
+        with the instruction and source line it came from; other typed errors
+        (a step limit, a delegate's) already say where, and pass as they are."""
+        if type(error) is not ExecutionError or not 0 <= pc < len(self._sites[chain]):
+            return error
+        site = self._sites[chain][pc]
+        source = f" (from {site.source})" if site.source else ""
+        return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
+                              f"{self.name!r}: {error.message}{source}", hint=error.hint)
 
     def _step_limit(self, chain: int, pc: int) -> StepLimitError:
         return StepLimitError(

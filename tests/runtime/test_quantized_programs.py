@@ -220,3 +220,6 @@ def test_an_index_out_of_range_is_an_execution_error(executorch_runtime: Any) ->
                                              r"for 10 rows") as raised:
         program.run("forward", [torch.tensor([[0, 3, 10]], dtype=torch.int32)])
     assert raised.value.exit_code == 3
+    # The message says which instruction of which method refused.
+    assert raised.value.message.startswith("while executing instruction")
+    assert "of method 'forward'" in raised.value.message
