@@ -65,7 +65,8 @@ class GraphBuilder:
     _versions: dict[Node, list[Version]] = field(default_factory=dict)
     _alias: dict[Node, Node] = field(default_factory=dict)
     _folded: dict[Node, torch.Tensor] = field(default_factory=dict)
-    _static_ids: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
+    _static_ids: dict[tuple[str, tuple[int, ...], G.Datatype, str], int] = field(
+        default_factory=dict)
     _data_index: dict[str, int] = field(default_factory=dict)
     producer: dict[int, G.Node] = field(default_factory=dict)   # value id -> its node
     owner: dict[int, Node] = field(default_factory=dict)        # value id -> fx node made for
@@ -105,10 +106,15 @@ class GraphBuilder:
 
     # --- defining values -----------------------------------------------------
 
-    def value(self, dims: Sequence[int]) -> int:
-        """A new internal fp32 value."""
+    def value(self, dims: Sequence[int], like: int | None = None) -> int:
+        """A new internal value: fp32, or of the datatype and quantization of
+        value `like` (a copy of a qint8 tensor in another layout stays qint8)."""
         vid = len(self.graph.values)
-        self.graph.values.append(G.TensorValue(G.Datatype.FP32, [int(d) for d in dims], vid))
+        datatype, quant = G.Datatype.FP32, None
+        if like is not None:
+            datatype, quant = self.graph.values[like].datatype, self.graph.values[like].quant
+        self.graph.values.append(G.TensorValue(datatype, [int(d) for d in dims], vid,
+                                               quant=quant))
         return vid
 
     def static_value(self, tensor: torch.Tensor) -> int:
@@ -118,21 +124,34 @@ class GraphBuilder:
         here or in another delegate of the program, are stored once.
         """
         data = tensor.detach().to(torch.float32).contiguous().cpu()
+        return self.constant_value(data, G.Datatype.FP32)
+
+    def constant_value(self, data: torch.Tensor, datatype: G.Datatype,
+                       quant: G.Quantization | None = None) -> int:
+        """A constant value of `datatype` holding `data`'s bytes as stored
+        (int8 for qint8 and qcint8, int32 for qint32 and qcint32)."""
+        data = data.detach().contiguous().cpu()
         raw = data.numpy().tobytes() if data.numel() else b""
-        key = hashlib.sha256(raw).hexdigest()
         dims = tuple(int(d) for d in data.shape)
-        if (key, dims) in self._static_ids:
-            return self._static_ids[(key, dims)]
+        index = (hashlib.sha256(raw).hexdigest(), dims, datatype, repr(quant))
+        if index in self._static_ids:
+            return self._static_ids[index]
+        vid = len(self.graph.values)
+        self.graph.values.append(G.TensorValue(datatype, list(dims), vid, quant=quant,
+                                               constant_buffer_idx=self.constant_entry(raw)))
+        self._static_ids[index] = vid
+        return vid
+
+    def constant_entry(self, raw: bytes, prefix: str = "") -> int:
+        """The constant_data index of `raw`, stored once in named data under
+        prefix + its sha256 (ExecuTorch keys quantization scales "scale_<sha>")."""
+        key = prefix + hashlib.sha256(raw).hexdigest()
         if key not in self._data_index:
             self._data_index[key] = len(self.graph.constant_data)
             self.graph.constant_data.append(
                 G.ConstantDataOffset(G.NAMED_DATA_OFFSET, len(raw), key))
             self.named_data[key] = raw
-        vid = len(self.graph.values)
-        self.graph.values.append(G.TensorValue(G.Datatype.FP32, list(dims), vid,
-                                               constant_buffer_idx=self._data_index[key]))
-        self._static_ids[(key, dims)] = vid
-        return vid
+        return self._data_index[key]
 
     def external_input(self, node: Node, external_id: int) -> None:
         vid = self.value(shape_of(node))
@@ -204,7 +223,7 @@ class GraphBuilder:
             self.add_node(G.NodeKind.STATIC_RESHAPE, G.StaticReshape(len(dims), dims, same.id, out))
             return out
         source = versions[0]
-        out = self.value(dims) if out is None else out
+        out = self.value(dims, like=source.id) if out is None else out
         perm = lay.transpose_perm(source.layout, layout)
         self.add_node(G.NodeKind.STATIC_TRANSPOSE,
                       G.StaticTranspose(len(perm), perm, source.id, out))
@@ -265,7 +284,7 @@ class GraphBuilder:
             # (the middle one goes if nothing else reads it).
             assert isinstance(producer.params, G.StaticReshape)
             return self.reshape(producer.params.input_id, dims)
-        out = self.value(dims)
+        out = self.value(dims, like=vid)
         self.add_node(G.NodeKind.STATIC_RESHAPE, G.StaticReshape(len(dims), dims, vid, out))
         return out
 
@@ -307,7 +326,9 @@ class GraphBuilder:
         if found is not None and found not in self.externals and found in self.producer:
             vid = found
         else:
-            vid = self.value(shape)
+            # A qint8 result (a quantize read by another delegate) stays qint8.
+            like = None if self.is_static(node) else self.versions(node)[0].id
+            vid = self.value(shape, like=like)
             if found is None and not self.is_static(node):
                 self._convert(node, ident, vid)
                 self.define(node, vid, ident)  # a second output of it copies this one

@@ -2,9 +2,9 @@
 
 Emitters may make values nobody reads in the end (a reshape kept for a
 node whose only user was fused, a layout copy an operator took another way
-round); this drops the nodes whose outputs are not read, then the values
-and weights no remaining node or external refers to, and numbers the
-values 0..n-1 in order, as the format expects.
+round); this drops the nodes whose outputs are not read, then the values,
+weights and quantization scales no remaining node or external refers to,
+and numbers the values 0..n-1 in order, as the format expects.
 """
 
 from __future__ import annotations
@@ -45,14 +45,23 @@ def compact(graph: G.XNNGraph, named_data: dict[str, bytes]) -> None:
     renumber[G.INVALID_VALUE_ID] = G.INVALID_VALUE_ID
     data = [graph.constant_data[0]]
     data_index: dict[int, int] = {0: 0}
+
+    def entry(old: int) -> int:
+        if old not in data_index:
+            data_index[old] = len(data)
+            data.append(graph.constant_data[old])
+        return data_index[old]
+
     for value in keep:
         value.id_out = renumber[value.id_out]
-        old = value.constant_buffer_idx
-        if old:
-            if old not in data_index:
-                data_index[old] = len(data)
-                data.append(graph.constant_data[old])
-            value.constant_buffer_idx = data_index[old]
+        if value.constant_buffer_idx:
+            value.constant_buffer_idx = entry(value.constant_buffer_idx)
+        quant = value.quant
+        # Per-channel scales live in constant data too (one buffer, maybe shared
+        # by a weight and its bias): a new quantization, as values share them.
+        if isinstance(quant, (G.PerChannelQuant, G.PerChannelGroupQuant)) \
+                and quant.scale_buffer_idx:
+            value.quant = dataclasses.replace(quant, scale_buffer_idx=entry(quant.scale_buffer_idx))
     for node in graph.nodes:
         for name, vid in _ids(node.params).items():
             setattr(node.params, name, renumber[vid])

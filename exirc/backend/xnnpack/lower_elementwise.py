@@ -20,6 +20,7 @@ from exirc.backend.xnnpack import layout as lay
 from exirc.backend.xnnpack.args import arg, as_float, as_ints, as_node
 from exirc.backend.xnnpack.builder import GraphBuilder, Operand, shape_of
 from exirc.backend.xnnpack.layout import Layout
+from exirc.backend.xnnpack.qdq import clamp_bounds, is_dq, is_q
 from exirc.serialize.xnnpack import graph as G
 
 aten = torch.ops.aten
@@ -90,13 +91,18 @@ PLAIN_READERS = frozenset({aten.view_copy.default, aten.mm.default, aten.bmm.def
 
 
 def demands(node: Node) -> list[Layout]:
-    """The layouts `node`'s users will ask for (the partition's output: PyTorch's)."""
+    """The layouts `node`'s users will ask for (the partition's output: PyTorch's).
+    A quantize is seen through: its dequantizes' readers read the same tensor."""
     rank = len(shape_of(node))
     wants = []
+    readers = [(user, node) for user in node.users]
     for user in node.users:
-        if user.op == "output" or (user.target in PLAIN_READERS and user.args[0] is node):
+        if is_q(user):
+            readers += [(reader, dq) for dq in user.users if is_dq(dq) for reader in dq.users]
+    for user, source in readers:
+        if user.op == "output" or (user.target in PLAIN_READERS and user.args[0] is source):
             wants.append(lay.identity(rank))
-        elif user.target in NHWC_READERS and user.args[0] is node and rank in (3, 4):
+        elif user.target in NHWC_READERS and user.args[0] is source and rank in (3, 4):
             wants.append(lay.channels_last(rank))
     return wants
 
@@ -177,16 +183,6 @@ def emit_gelu_tanh(b: GraphBuilder, node: Node) -> None:
         G.NodeKind.ADD, cubic, b.static_value(number(two_k))))
     gate = b.unary_op(G.NodeKind.SIGMOID, inner)
     b.define(node, b.binary_op(G.NodeKind.MULTIPLY, x, gate, owner=node), version.layout)
-
-
-def clamp_bounds(node: Node) -> tuple[float, float]:
-    """(min, max) of relu, hardtanh or clamp (absent bounds unbounded)."""
-    if node.target == aten.relu.default:
-        return 0.0, INF
-    if node.target == aten.hardtanh.default:
-        return as_float(arg(node, 1, "min_val", -1.0)), as_float(arg(node, 2, "max_val", 1.0))
-    low, high = arg(node, 1, "min"), arg(node, 2, "max")
-    return (-INF if low is None else as_float(low), INF if high is None else as_float(high))
 
 
 def emit_clamp(b: GraphBuilder, node: Node) -> None:

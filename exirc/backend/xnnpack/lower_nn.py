@@ -10,6 +10,7 @@ takes the batch norm into its filter and bias.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -66,62 +67,96 @@ def _zero_pad_of_spatial_dims(b: GraphBuilder, x: Node, spatial: int) -> Node | 
     return None if b.is_static(source) else source
 
 
+@dataclass(frozen=True)
+class ConvArgs:
+    """A convolution's arguments as a 2-d one's: a 1-d convolution is a 2-d one of
+    height 1 (its NLC input read as N,1,L,C)."""
+
+    one_d: bool
+    pad: list[int]
+    step: list[int]
+    dil: list[int]
+    adj: list[int]
+    groups: int
+    transposed: bool
+
+    @classmethod
+    def of(cls, node: Node) -> ConvArgs:
+        args: list[Any] = list(node.args[3:9])
+        stride, padding, dilation, transposed, out_pad, groups = args
+        one_d = len(shape_of(as_node(node.args[1]))) == 3
+        if one_d:
+            stride, padding, dilation, out_pad = ([1, *stride], [0, *padding],
+                                                  [1, *dilation], [0, *out_pad])
+        return cls(one_d, pair(padding, 0), pair(stride, 1), pair(dilation, 1),
+                   pair(out_pad, 0), as_int(groups), bool(transposed))
+
+    def read(self, b: GraphBuilder, x: Node) -> int:
+        """x as the operator reads it: NHWC (1-d: NLC as N,1,L,C)."""
+        if not self.one_d:
+            return b.get(x, NHWC).id
+        n, c, length = shape_of(x)
+        return b.reshape(b.get(x, NLC).id, [n, 1, length, c])
+
+    def out_dims(self, out_shape: list[int]) -> list[int]:
+        return ([out_shape[0], 1, out_shape[2], out_shape[1]] if self.one_d
+                else lay.physical_shape(out_shape, NHWC))
+
+    def define(self, b: GraphBuilder, node: Node, out: int) -> None:
+        """node is the operator's output value `out` (1-d: seen as NLC)."""
+        if self.one_d:
+            b.define(node, b.reshape(out, lay.physical_shape(shape_of(node), NLC)), NLC)
+        else:
+            b.define(node, out, NHWC)
+
+    def node(self, conv: ConvShape, kernel: Sequence[int], extra: Sequence[int], source: int,
+             filter_id: int, bias_id: int, out: int) -> tuple[G.NodeKind, G.Conv]:
+        """The XNNPACK node; `extra` is [top, bottom, left, right] padding added to the
+        convolution's own (a zero pad it absorbs)."""
+        kind = (G.NodeKind.DEPTHWISE_CONV2D if conv.depthwise else
+                G.NodeKind.CONV_TRANSPOSE2D if conv.transposed else G.NodeKind.CONV2D)
+        pad, step, dil, adj = self.pad, self.step, self.dil, self.adj
+        return kind, G.Conv(
+            padding_top=pad[0] + extra[0], padding_right=pad[1] + extra[3],
+            padding_bottom=pad[0] + extra[1], padding_left=pad[1] + extra[2],
+            kernel_height=int(kernel[0]), kernel_width=int(kernel[1]),
+            subsampling_height=step[0], subsampling_width=step[1],
+            dilation_height=dil[0], dilation_width=dil[1],
+            group_input_channels=conv.group_input_channels,
+            group_output_channels=conv.group_output_channels, groups=conv.groups,
+            adjustment_height=adj[0] if conv.transposed else 0,
+            adjustment_width=adj[1] if conv.transposed else 0,
+            input1_id=source, filter_id=filter_id, bias_id=bias_id, output_id=out)
+
+
 def emit_convolution(b: GraphBuilder, node: Node) -> None:
     x, w, bias = as_node(node.args[0]), as_node(node.args[1]), node.args[2]
-    args: list[Any] = list(node.args[3:9])
-    stride, padding, dilation, transposed, out_pad, groups = args
+    cargs = ConvArgs.of(node)
     weight = b.static(w)
     assert weight is not None
     bias_t = b.static(as_node(bias)) if bias is not None else None
-    conv = ConvShape.of(list(weight.shape), as_int(groups), bool(transposed))
+    conv = ConvShape.of(list(weight.shape), cargs.groups, cargs.transposed)
     bn = folded_batch_norm(b, node)
     if bn is not None:
         weight, bias_t = fold_batch_norm(weight, bias_t, conv, *_statistics(b, bn),
                                          eps=as_float(bn.args[6]))
         b.fused.add(bn)
-    one_d = weight.dim() == 3
     # [top, bottom, left, right] added by a zero pad the convolution absorbs.
     extra = [0, 0, 0, 0]
-    padded = _zero_pad_of_spatial_dims(b, x, 1 if one_d else 2)
+    padded = _zero_pad_of_spatial_dims(b, x, 1 if cargs.one_d else 2)
     if padded is not None and not conv.transposed:
         pads = as_ints(x.args[1]) + [0, 0, 0, 0]
-        extra = [pads[2], pads[3], pads[0], pads[1]] if not one_d else [0, 0, pads[0], pads[1]]
+        extra = [pads[2], pads[3], pads[0], pads[1]] if not cargs.one_d else \
+            [0, 0, pads[0], pads[1]]
         x = padded
-    if one_d:
-        # A 1-d convolution is a 2-d one of height 1: NLC read as N,1,L,C.
+    if cargs.one_d:
         weight = weight.unsqueeze(2)
-        stride, padding, dilation, out_pad = ([1, *stride], [0, *padding],
-                                              [1, *dilation], [0, *out_pad])
-        n, c, length = shape_of(x)
-        source = b.reshape(b.get(x, NLC).id, [n, 1, length, c])
-    else:
-        source = b.get(x, NHWC).id
-    out_shape = shape_of(node)
-    dims = ([out_shape[0], 1, out_shape[2], out_shape[1]] if one_d
-            else lay.physical_shape(out_shape, NHWC))
-    out = b.value(dims)
-    pad, step, dil, adj = (pair(padding, 0), pair(stride, 1), pair(dilation, 1),
-                           pair(out_pad, 0))
-    kind = (G.NodeKind.DEPTHWISE_CONV2D if conv.depthwise else
-            G.NodeKind.CONV_TRANSPOSE2D if conv.transposed else G.NodeKind.CONV2D)
-    params = G.Conv(
-        padding_top=pad[0] + extra[0], padding_right=pad[1] + extra[3],
-        padding_bottom=pad[0] + extra[1], padding_left=pad[1] + extra[2],
-        kernel_height=int(weight.shape[2]), kernel_width=int(weight.shape[3]),
-        subsampling_height=step[0], subsampling_width=step[1],
-        dilation_height=dil[0], dilation_width=dil[1],
-        group_input_channels=conv.group_input_channels,
-        group_output_channels=conv.group_output_channels, groups=conv.groups,
-        adjustment_height=adj[0] if conv.transposed else 0,
-        adjustment_width=adj[1] if conv.transposed else 0,
-        input1_id=source, filter_id=b.static_value(conv_filter(weight, conv)),
-        bias_id=G.INVALID_VALUE_ID if bias_t is None else b.static_value(bias_t),
-        output_id=out)
+    out = b.value(cargs.out_dims(shape_of(node)))
+    bias_id = G.INVALID_VALUE_ID if bias_t is None else b.static_value(bias_t)
+    kind, params = cargs.node(conv, weight.shape[2:], extra, cargs.read(b, x),
+                              b.static_value(conv_filter(weight, conv)), bias_id, out)
     b.add_node(kind, params, owner=node)
-    if one_d:
-        b.define(node, b.reshape(out, lay.physical_shape(out_shape, NLC)), NLC)
-    else:
-        b.define(node, out, NHWC)
+    cargs.define(b, node, out)
 
 
 def pool_padding(size: int, out: int, kernel: int, stride: int, pad: int,
@@ -139,7 +174,7 @@ def _pool(b: GraphBuilder, node: Node, kind: G.NodeKind, kernel: list[int],
     bottom = pool_padding(in_shape[2], out_shape[2], kernel[0], stride[0], padding[0], dilation[0])
     right = pool_padding(in_shape[3], out_shape[3], kernel[1], stride[1], padding[1], dilation[1])
     source = b.get(x, NHWC).id
-    out = b.value(lay.physical_shape(out_shape, NHWC))
+    out = b.value(lay.physical_shape(out_shape, NHWC), like=source)  # qint8 max pooling too
     b.add_node(kind, G.Pooling2D(padding[0], right, bottom, padding[1], kernel[0], kernel[1],
                                  stride[0], stride[1], dilation[0], dilation[1], source, out),
                owner=node)

@@ -5,7 +5,9 @@ These take an axis or a shape in PyTorch's logical dims; each is remapped
 to the physical axes of the layout its input already has, so a permute is
 free (a relabelling of the same bytes), a reshape keeps a non-PyTorch
 layout when the dims it merges lie together, and cat, slice, pad, softmax
-and mean work on NHWC values without converting them back.
+and mean work on NHWC values without converting them back. The data
+movers make their results like their inputs (datatype and quantization), so
+they move qint8 tensors as well (`lower_quant`).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def _slice(b: GraphBuilder, version: Version, in_shape: Sequence[int], dim: int,
            start: int, size: int) -> int:
     offsets = [start if d == dim else 0 for d in version.layout]
     sizes = [size if d == dim else int(in_shape[d]) for d in version.layout]
-    out = b.value(sizes)
+    out = b.value(sizes, like=version.id)
     b.add_node(G.NodeKind.STATIC_SLICE,
                G.StaticSlice(len(sizes), offsets, sizes, version.id, out))
     return out
@@ -121,7 +123,7 @@ def emit_cat(b: GraphBuilder, node: Node) -> None:
         step_ids, step_size = ids[:take], sum(sizes[:take])
         dims = lay.physical_shape(out_shape, layout)
         dims[axis] = step_size
-        out = b.value(dims)
+        out = b.value(dims, like=step_ids[0])
         slots = step_ids + [G.INVALID_VALUE_ID] * (5 - take)
         b.add_node(CAT_KINDS[take], G.Concatenate(axis, slots[0], slots[1], slots[2], slots[3],
                                                   out, input5_id=slots[4]), owner=node)
@@ -140,7 +142,7 @@ def emit_pad(b: GraphBuilder, node: Node) -> None:
     for i in range(len(pads) // 2):
         before[rank - 1 - i], after[rank - 1 - i] = pads[2 * i], pads[2 * i + 1]
     version = b.get(source)
-    out = b.value(lay.physical_shape(shape_of(node), version.layout))
+    out = b.value(lay.physical_shape(shape_of(node), version.layout), like=version.id)
     b.add_node(G.NodeKind.STATIC_CONSTANT_PAD,
                G.StaticConstantPad([before[d] for d in version.layout],
                                    [after[d] for d in version.layout], value, version.id, out),

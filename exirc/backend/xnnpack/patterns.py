@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
-from exirc.backend.xnnpack.lower_elementwise import clamp_bounds
+from exirc.backend.xnnpack.qdq import clamp_bounds
 
 aten = torch.ops.aten
 Constant = Callable[[Node], torch.Tensor | None]

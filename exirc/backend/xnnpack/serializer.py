@@ -3,10 +3,11 @@
 `build_blob` walks the partition's nodes in order and has each one's
 emitter add XNNPACK values and nodes (`lower_*.py`); the builder keeps
 each tensor in the layouts it exists in so far, converting only where an
-operator needs another order. The delegate call passes the partition's
-runtime inputs, then its outputs: they become external values 0..n-1 and
-n..n+m-1, in that order, as ExecuTorch numbers them (its runtime reads
-argument `external_id` for each external value).
+operator needs another order. Quantized groups (`DQ -> op -> Q`) are
+planned first and emitted whole (`lower_quant`). The delegate call passes
+the partition's runtime inputs, then its outputs: they become external
+values 0..n-1 and n..n+m-1, in that order, as ExecuTorch numbers them (its
+runtime reads argument `external_id` for each external value).
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from torch.fx import Node
 from torch.fx.node import map_arg
 
 from exirc.backend.delegation.interface import DelegateSummary, PartitionGraph, PreprocessResult
-from exirc.backend.xnnpack import lower_elementwise, lower_linear, lower_nn, lower_norm, lower_shape
+from exirc.backend.xnnpack import (
+    lower_elementwise,
+    lower_linear,
+    lower_nn,
+    lower_norm,
+    lower_quant,
+    lower_shape,
+)
 from exirc.backend.xnnpack.args import created
 from exirc.backend.xnnpack.builder import GraphBuilder
 from exirc.backend.xnnpack.compact import compact
@@ -36,6 +44,7 @@ EMITTERS: dict[object, Emitter] = {
     **lower_nn.EMITTERS,
     **lower_linear.EMITTERS,
     **lower_norm.EMITTERS,
+    **lower_quant.EMITTERS,
     operator.getitem: lower_shape.emit_getitem,
 }
 """Each Edge operator XnnpackSupport takes, and what emits it."""
@@ -63,8 +72,10 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
     inputs = partition.runtime_inputs
     for external_id, placeholder in enumerate(inputs):
         b.external_input(placeholder, external_id)
+    lower_quant.quantize_inputs(b, inputs)
     calls = [n for n in partition.graph_module.graph.nodes if n.op == "call_function"]
     whole = find_patterns(b, calls)
+    whole.update(lower_quant.find_quantized(b, calls))
     for handle, node in enumerate(calls, start=1):
         if b.is_defined(node) or node in b.absorbed:
             continue  # an earlier emitter did it (an unflattening view_copy of a linear)

@@ -3,10 +3,12 @@ delegate can run, and why the others cannot.
 
 The checks run in a fixed order, so a node gets the most basic reason:
 "op" (XNNPACK has no operator for it, and it cannot be built from ones it
-has), "dtype" (float32 only, for now), "shape" (shapes must be static,
+has), "dtype" (float32, and pt2e's int8 quantized tensors), "shape" (shapes must be static,
 non-empty, of rank <= 6), then "constraint" (an argument XNNPACK's operator
 cannot take, from `support_rules`). A node it takes is one `serializer.py`
-has an emitter for; a test keeps the two tables in step.
+has an emitter for; a test keeps the two tables in step. Quantized graphs
+(pt2e's quantize/dequantize nodes) are judged group by group: see
+`support_quant`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import operator
 
 import torch
 from torch.export import ExportedProgram
-from torch.fx import Node
+from torch.fx import Graph, Node
 
 from exirc.backend.delegation.interface import Rejection
+from exirc.backend.xnnpack import qdq
 from exirc.backend.xnnpack.args import CREATORS, created
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
-from exirc.backend.xnnpack.support_nn import NN_RULES
-from exirc.backend.xnnpack.support_rules import RULES, Facts, Rule, op_name
+from exirc.backend.xnnpack.support_nn import NN_RULES, convolution_geometry
+from exirc.backend.xnnpack.support_quant import QUANT_RULES, decide, is_quantized_graph
+from exirc.backend.xnnpack.support_rules import RULES, Facts, Reason, Rule, op_name
 from exirc.edge.constants import constant_tensor
 
 aten = torch.ops.aten
@@ -32,18 +36,47 @@ MULTI_OUTPUT = (torch.ops.aten._native_batch_norm_legit_no_training.default,
                 torch.ops.aten.max_pool2d_with_indices.default,
                 torch.ops.aten.native_layer_norm.default,
                 torch.ops.aten.native_group_norm.default)
-ALL_RULES: dict[object, Rule] = {**RULES, **NN_RULES}
+ALL_RULES: dict[object, Rule] = {**RULES, **NN_RULES, **QUANT_RULES}
 """Every Edge operator XnnpackSupport may take, with its constraints."""
 
 
 class XnnpackSupport:
-    """Backend-dialect node -> None (XNNPACK runs it) or a Rejection saying why not."""
+    """Backend-dialect node -> None (XNNPACK runs it) or a Rejection saying why not.
+
+    In a quantized graph the answers are decided for the whole graph at once
+    (`support_quant`) and kept until the graph changes."""
 
     backend_id = BACKEND_ID
 
+    def __init__(self) -> None:
+        self._decided: tuple[Graph, int, dict[Node, Reason] | None] | None = None
+
     def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
-        found = self._reason(node, Facts(lambda n: _constant(program, n)))
+        facts = Facts(lambda n: _constant(program, n))
+        decided = self._decisions(program, facts)
+        if decided is not None and node in decided:
+            found = decided[node]
+        else:
+            found = self._reason(node, facts)
         return None if found is None else Rejection(node, found[0], found[1])
+
+    def _decisions(self, program: ExportedProgram, facts: Facts) -> dict[Node, Reason] | None:
+        graph = program.graph_module.graph
+        if self._decided is None or self._decided[0] is not graph \
+                or self._decided[1] != len(graph.nodes):
+            decided = decide(program.graph_module, facts, self._reason, self._quantized) \
+                if is_quantized_graph(program.graph_module) else None
+            self._decided = (graph, len(graph.nodes), decided)
+        return self._decided[2]
+
+    def _quantized(self, node: Node, facts: Facts) -> Reason:
+        """A node of a quantized group: its shapes (and a convolution's geometry)."""
+        if qdq.is_q(node) or qdq.is_dq(node):
+            return _shape(node, facts)
+        found = _dtype(node, facts) or _shape(node, facts)
+        if found is None and node.target == aten.convolution.default:
+            return convolution_geometry(node)
+        return found
 
     def _reason(self, node: Node, facts: Facts) -> tuple[str, str] | None:
         if node.op != "call_function":

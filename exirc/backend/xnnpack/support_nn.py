@@ -36,7 +36,13 @@ def convolution(node: Node, facts: Facts) -> Reason:
     if bias is not None and not facts.is_constant(bias):
         return constraint("convolution bias computed at run time; XNNPACK takes constant "
                           "biases only")
-    rank = len(shape(weight))
+    return convolution_geometry(node)
+
+
+def convolution_geometry(node: Node) -> Reason:
+    """What XNNPACK's convolutions take of a convolution's shape and arguments
+    (float or quantized alike)."""
+    rank = len(shape(node.args[1]))
     if rank not in (3, 4):
         return constraint(f"{rank - 2}-d convolution; XNNPACK has 2-d ones (1-d go through them)")
     if bool(node.args[6]):
