@@ -26,6 +26,8 @@ portable loops do; they take no zero points (ExecuTorch has none yet).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from exirc.runtime.quantized_affine import fail, fit, name
@@ -117,55 +119,27 @@ def _embedding(op: str, bits: int, weight: torch.Tensor, scales: torch.Tensor,
     return out
 
 
-def embedding_byte_out(weight: torch.Tensor, weight_scales: torch.Tensor,
-                       weight_zero_points: torch.Tensor | None, weight_quant_min: int,
-                       weight_quant_max: int, indices: torch.Tensor, *,
-                       out: torch.Tensor) -> torch.Tensor:
-    return _embedding("embedding_byte.out", 8, weight, weight_scales, weight_zero_points,
-                      weight_quant_min, weight_quant_max, indices, None, out, True)
+def _embedding_kernel(bits: int, takes_dtype: bool) -> Callable[..., torch.Tensor]:
+    """The kernel of `embedding_<bits>.out` (the scales' dtype out) or `.dtype_out`."""
+    op_name = f"embedding_{'byte' if bits == 8 else f'{bits}bit'}." + \
+        ("dtype_out" if takes_dtype else "out")
+
+    def kernel(weight: torch.Tensor, weight_scales: torch.Tensor,
+               weight_zero_points: torch.Tensor | None, weight_quant_min: int,
+               weight_quant_max: int, indices: torch.Tensor,
+               dtype: torch.dtype | None = None, *, out: torch.Tensor) -> torch.Tensor:
+        return _embedding(op_name, bits, weight, weight_scales, weight_zero_points,
+                          weight_quant_min, weight_quant_max, indices,
+                          dtype if takes_dtype else None, out, not takes_dtype)
+    return kernel
 
 
-def embedding_byte_dtype_out(weight: torch.Tensor, weight_scales: torch.Tensor,
-                             weight_zero_points: torch.Tensor | None, weight_quant_min: int,
-                             weight_quant_max: int, indices: torch.Tensor,
-                             dtype: torch.dtype | None = None, *,
-                             out: torch.Tensor) -> torch.Tensor:
-    return _embedding("embedding_byte.dtype_out", 8, weight, weight_scales, weight_zero_points,
-                      weight_quant_min, weight_quant_max, indices, dtype, out, False)
-
-
-def embedding_2bit_out(weight: torch.Tensor, weight_scales: torch.Tensor,
-                       weight_zero_points: torch.Tensor | None, weight_quant_min: int,
-                       weight_quant_max: int, indices: torch.Tensor, *,
-                       out: torch.Tensor) -> torch.Tensor:
-    return _embedding("embedding_2bit.out", 2, weight, weight_scales, weight_zero_points,
-                      weight_quant_min, weight_quant_max, indices, None, out, True)
-
-
-def embedding_2bit_dtype_out(weight: torch.Tensor, weight_scales: torch.Tensor,
-                             weight_zero_points: torch.Tensor | None, weight_quant_min: int,
-                             weight_quant_max: int, indices: torch.Tensor,
-                             dtype: torch.dtype | None = None, *,
-                             out: torch.Tensor) -> torch.Tensor:
-    return _embedding("embedding_2bit.dtype_out", 2, weight, weight_scales, weight_zero_points,
-                      weight_quant_min, weight_quant_max, indices, dtype, out, False)
-
-
-def embedding_4bit_out(weight: torch.Tensor, weight_scales: torch.Tensor,
-                       weight_zero_points: torch.Tensor | None, weight_quant_min: int,
-                       weight_quant_max: int, indices: torch.Tensor, *,
-                       out: torch.Tensor) -> torch.Tensor:
-    return _embedding("embedding_4bit.out", 4, weight, weight_scales, weight_zero_points,
-                      weight_quant_min, weight_quant_max, indices, None, out, True)
-
-
-def embedding_4bit_dtype_out(weight: torch.Tensor, weight_scales: torch.Tensor,
-                             weight_zero_points: torch.Tensor | None, weight_quant_min: int,
-                             weight_quant_max: int, indices: torch.Tensor,
-                             dtype: torch.dtype | None = None, *,
-                             out: torch.Tensor) -> torch.Tensor:
-    return _embedding("embedding_4bit.dtype_out", 4, weight, weight_scales, weight_zero_points,
-                      weight_quant_min, weight_quant_max, indices, dtype, out, False)
+embedding_byte_out = _embedding_kernel(8, takes_dtype=False)
+embedding_byte_dtype_out = _embedding_kernel(8, takes_dtype=True)
+embedding_2bit_out = _embedding_kernel(2, takes_dtype=False)
+embedding_2bit_dtype_out = _embedding_kernel(2, takes_dtype=True)
+embedding_4bit_out = _embedding_kernel(4, takes_dtype=False)
+embedding_4bit_dtype_out = _embedding_kernel(4, takes_dtype=True)
 
 
 # ---------------------------------------------------------------------------
