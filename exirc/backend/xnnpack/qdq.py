@@ -88,14 +88,15 @@ def tensor_params(node: Node) -> QParams | None:
 
 
 def activation_problem(node: Node) -> str | None:
-    """Why XNNPACK cannot hold the tensor of this per-tensor Q or DQ as qint8, if it cannot."""
+    """Why XNNPACK cannot hold the tensor of this per-tensor Q or DQ as qint8, if it cannot.
+    (A quantize's range matters, XNNPACK saturating to int8's; a dequantize's does not.)"""
     p = tensor_params(node)
     name = node.name
     if p is None:
         return f"{name} takes its scale or zero point as tensors; XNNPACK needs them as numbers"
     if p.dtype != torch.int8:
         return f"{name} quantizes to {p.dtype}; XNNPACK takes int8 activations here"
-    if (p.quant_min, p.quant_max) != INT8:
+    if (p.quant_min, p.quant_max) != INT8 and is_q(node):
         return (f"{name} clamps to [{p.quant_min}, {p.quant_max}]; XNNPACK saturates qint8 to "
                 "[-128, 127] only")
     if not INT8[0] <= p.zero_point <= INT8[1]:

@@ -36,7 +36,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from exirc.backend.xnnpack import qdq, qdq_gemm
-from exirc.backend.xnnpack.support_rules import Facts, Reason, Rule, op_name
+from exirc.backend.xnnpack.support_rules import Facts, Reason, Rule
 from exirc.ir.control_flow import is_control_flow
 
 Judge = Callable[[Node, Facts], Reason]
@@ -102,8 +102,8 @@ class _Rules:
         if problem is None:
             return self.judge_quantized(node, facts)
         if node.target == torch.ops.aten.convolution.default:
-            return "constraint", (f"{op_name(node)} has a quantized weight but cannot run as a "
-                                  f"quantized XNNPACK node: {problem}")
+            return "constraint", ("its weight is quantized, but it cannot run as a quantized "
+                                  f"XNNPACK node: {problem}")
         # A matrix product of the weight dequantized outside: float32, as before.
         return self.judge(node, facts)
 
