@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 # Sections run in this order; a missing module (not written yet) is skipped.
 SECTIONS = ["bench.serialization", "bench.runtime", "bench.compile", "bench.control_flow",
-            "bench.delegation"]
+            "bench.delegation", "bench.quantization"]
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
