@@ -155,13 +155,15 @@ def _sqnr(signal: float, noise: float) -> float:
 
 
 def _constant_bytes(program: ExportedProgram) -> int:
-    """Bytes of the weights a float program stores: parameters, constant buffers
-    and tensor constants (not the buffers it updates, which are program state)."""
+    """Bytes of the weights a float program stores: the parameters, constant buffers
+    and tensor constants its graph reads (not the buffers it updates, which are
+    program state, nor weights no node reads)."""
     from exirc.edge.constants import constant_tensor
 
     total = 0
     for node in program.graph_module.graph.nodes:
-        value = constant_tensor(program, node) if node.op == "placeholder" else None
+        used = node.op == "placeholder" and bool(node.users)
+        value = constant_tensor(program, node) if used else None
         if value is not None:
             total += value.numel() * value.element_size()
     return total

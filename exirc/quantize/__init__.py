@@ -89,8 +89,9 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
         weights = quantize_weights(module, config.bits, config.group_size)
     if not weights and not quantized_ops:
         raise ModelError(f"{where}: --quantize {config.mode} found nothing to quantize",
-                         hint="it quantizes conv and linear layers (int8) or linear and "
-                              "embedding weights (weight-only); compile without --quantize")
+                         hint="it quantizes float conv and linear layers (int8) or linear and "
+                              "embedding weights (weight-only); a model quantized already "
+                              "compiles as it is: compile without --quantize")
     try:
         with quiet_torch():
             program = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
@@ -112,6 +113,8 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
                          hint="pip install torchao==0.18.0") from error
     from exirc.quantize.quantizer import make_quantizer
 
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
+    already = sum(1 for n in module.graph.nodes if n.target == dequantize)
     prepared = prepare_pt2e(module, make_quantizer())
     try:
         with torch.no_grad():
@@ -123,8 +126,9 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
     converted = convert_pt2e(prepared)
     move_exported_model_to_eval(converted)
     torch.nn.Module.train(converted, False)
-    quantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
-    count = sum(1 for n in converted.graph.nodes if n.target == quantize)
+    # Weights dequantized per channel are the layers quantized, less those the
+    # model came with (a model quantized already gains none).
+    count = sum(1 for n in converted.graph.nodes if n.target == dequantize) - already
     return converted, count
 
 
