@@ -177,7 +177,9 @@ def build_quantized_global_average_pooling(ctx: NodeContext) -> Op:
         count = value.shape[1] * value.shape[2]
         acc = value.to(torch.int64).sum((1, 2), keepdim=keep) - count * zi
         scaled = acc.to(torch.float32) * float(F32(ratio / F32(count)))
-        env[out] = (torch.round(scaled.clamp_(low - zo, high - zo)) + zo).to(dtype)
+        # XNNPACK adds the zero point before rounding: ties round to even on the
+        # shifted value, which differs from rounding first when zo is odd.
+        env[out] = torch.round((scaled + zo).clamp_(low, high)).to(dtype)
     return run
 
 
