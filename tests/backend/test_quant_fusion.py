@@ -8,7 +8,12 @@ import torch
 
 from exirc.backend.quant_fusion import PATTERNS, QuantFusion
 from exirc.backend.quantized_ops import (
-    EMBEDDING_OPS, dequantize_rows, out_forms, pack_nibbles, unpack_nibbles)
+    EMBEDDING_OPS,
+    dequantize_rows,
+    out_forms,
+    pack_nibbles,
+    unpack_nibbles,
+)
 from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import UsageError
 from exirc.quantize.weight_only import group_size_for, quantize_rows
