@@ -38,6 +38,8 @@ demo: install
 	$(EXIRC) compile examples/mlp.py -o $(OUT)/mlp.pte
 	$(EXIRC) inspect $(OUT)/mlp.pte --show summary --show instructions
 	$(EXIRC) run $(OUT)/mlp.pte --random --seed 0
+	$(EXIRC) compile examples/mlp.py --quantize int8 --target xnnpack --verify -o $(OUT)/mlp_int8.pte
+	$(EXIRC) inspect $(OUT)/mlp_int8.pte --show quantization
 	$(EXIRC) compile examples/refine_loop.py -o $(OUT)/refine_loop.pte
 	$(EXIRC) inspect $(OUT)/refine_loop.pte --show instructions
 	$(EXIRC) run $(OUT)/refine_loop.pte --random --seed 0
