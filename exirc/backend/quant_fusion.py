@@ -66,8 +66,9 @@ def _dequantized_table(program: ExportedProgram, node: Any) -> tuple[Any, ...] |
         return None
     if node.kwargs.get("out_dtype") not in (None, torch.float32):
         return None
-    bits = _BITS.get((int(quant_min), int(quant_max))) \
-        if isinstance(quant_min, int) and isinstance(quant_max, int) else None
+    if not isinstance(quant_min, int) or not isinstance(quant_max, int):
+        return None
+    bits = _BITS.get((quant_min, quant_max))
     value = constant_tensor(program, table) if isinstance(table, Node) else None
     if bits is None or value is None or value.dim() != 2 or \
             value.dtype not in (torch.int8, torch.uint8):
@@ -77,6 +78,14 @@ def _dequantized_table(program: ExportedProgram, node: Any) -> tuple[Any, ...] |
         return None
     if bits < 8 and value.shape[1] % (8 // bits):
         return None
+    if value.numel() and (int(value.min()) < quant_min or int(value.max()) > quant_max):
+        return None  # packing would wrap values outside the range around
+    if zero_points is not None:
+        # The embedding kernels read zero points in the scales' dtype (pt2e's are int64).
+        zero_value = constant_tensor(program, zero_points) \
+            if isinstance(zero_points, Node) else None
+        if zero_value is None or zero_value.dtype != scale_value.dtype:
+            return None
     return table, value, scales, zero_points, quant_min, quant_max, bits
 
 

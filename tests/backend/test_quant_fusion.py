@@ -117,3 +117,33 @@ def test_weight_only_tables_are_read_through_executorchs_embedding_kernels(
     table_bytes = 50 * 64 // (2 if mode.startswith("int4") else 1)
     assert report.weight_bytes < table_bytes + 1024
     assert report.accuracy and report.accuracy[0].sqnr_db > 10
+
+
+class _AsymmetricTable(torch.nn.Module):
+    """An embedding of a per-row asymmetric int8 table, as pt2e writes one: int64
+    zero points, which the embedding kernels would read as floats."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.register_buffer("table", torch.randint(-128, 128, (20, 8), dtype=torch.int8))
+        self.register_buffer("scales", torch.rand(20) + 0.01)
+        self.register_buffer("zero_points", torch.randint(-5, 5, (20,)))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        table = torch.ops.quantized_decomposed.dequantize_per_channel(
+            self.table, self.scales, self.zero_points, 0, -128, 127, torch.int8)
+        return torch.nn.functional.embedding(ids, table)
+
+
+def test_int64_zero_points_are_not_fused_into_an_embedding_kernel() -> None:
+    out_forms()  # defines the per-channel ops
+    model, ids = _AsymmetricTable(), torch.tensor([[0, 19, 7]])
+    result = compile_module(model, (ids,))
+    operators = _operators(result.data)
+    assert "quantized_decomposed::embedding_byte.out" not in operators
+    assert "quantized_decomposed::dequantize_per_channel.out" in operators
+    from exirc.runtime import load
+
+    got = load(result.data).run("forward", [ids])[0]
+    torch.testing.assert_close(got, model(ids), rtol=0, atol=0)
