@@ -87,7 +87,8 @@ def quantize_sources(sources: dict[str, MethodSource], exported: dict[str, Expor
     from exirc.ir.source import display_path
     from exirc.quantize import quantize_method
 
-    references = prepare(sources, calibration_files)  # float outputs, before any rewrite
+    # The float model's outputs, taken before any rewrite.
+    references = prepare(sources, calibration_files, what="calibration inputs")
     origins = [display_path(str(f)) for f in calibration_files] or ["example inputs"]
     report = QuantizationReport(config.mode, config.group_size, origins)
     new_sources, new_exported = dict(sources), dict(exported)

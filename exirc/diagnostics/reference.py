@@ -66,7 +66,8 @@ STATEFUL_CALLS = 3
 
 
 def prepare(sources: dict[str, MethodSource], input_files: Sequence[str | Path] = (),
-            calls: Mapping[str, int] | None = None) -> dict[str, Reference]:
+            calls: Mapping[str, int] | None = None,
+            what: str = "verification inputs") -> dict[str, Reference]:
     """The eager reference of every method with one case per input file (or the
     example inputs), eager outputs computed now.
 
@@ -77,7 +78,7 @@ def prepare(sources: dict[str, MethodSource], input_files: Sequence[str | Path] 
     default = "forward" if "forward" in sources or len(sources) != 1 else next(iter(sources))
     per_method: dict[str, list[tuple[tuple[Any, ...], str]]] = {name: [] for name in sources}
     for file in input_files:
-        arrays = _load_npz(file)
+        arrays = _load_npz(file, what)
         claimed = _split_keys(arrays, sources, default, file)
         for name, source in sources.items():
             if name in claimed:
@@ -145,12 +146,12 @@ def _detached(value: Any) -> Any:
     return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
-def _load_npz(file: str | Path) -> dict[str, Any]:
+def _load_npz(file: str | Path, what: str) -> dict[str, Any]:
     from exirc.serialize.npy import load_arrays
 
     shown = display_path(str(file))
     if not str(file).endswith(".npz"):
-        raise UsageError(f"{shown}: verification inputs are a .npz file",
+        raise UsageError(f"{shown}: {what} are a .npz file",
                          hint="numpy.savez('in.npz', input_0=x, input_1=y)")
     return load_arrays(str(file))
 

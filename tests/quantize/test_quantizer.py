@@ -90,3 +90,16 @@ def test_config_is_checked() -> None:
         QuantizeConfig("int8", group_size=32)
     with pytest.raises(UsageError, match="even number"):
         QuantizeConfig("int4-weight-only", group_size=7)
+
+
+def test_calibration_inputs_must_be_npz_and_say_so(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from exirc.compiler import CompileOptions, compile_module
+
+    bad = Path(str(tmp_path)) / "inputs.txt"
+    bad.write_text("not arrays")
+    model = torch.nn.Linear(8, 4)
+    with pytest.raises(UsageError, match="calibration inputs are a .npz file"):
+        compile_module(model, (torch.randn(2, 8),), options=CompileOptions(
+            quantize="int8", calibration_inputs=(str(bad),)))
