@@ -115,15 +115,20 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
 
     dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
     already = sum(1 for n in module.graph.nodes if n.target == dequantize)
-    prepared = prepare_pt2e(module, make_quantizer())
+    step = "preparing the model for calibration (torchao's prepare_pt2e)"
     try:
+        prepared = prepare_pt2e(module, make_quantizer())
+        step = "calibrating"
         with torch.no_grad():
             for args in calibration:
                 prepared(*args)
+        step = "converting the calibrated model (torchao's convert_pt2e)"
+        converted = convert_pt2e(prepared)
     except Exception as error:
-        raise ModelError(f"{where}: calibrating failed: {type(error).__name__}: "
-                         f"{(str(error).splitlines() or [''])[0]}") from error
-    converted = convert_pt2e(prepared)
+        raise ModelError(f"{where}: {step} failed: {type(error).__name__}: "
+                         f"{(str(error).splitlines() or [''])[0]}",
+                         hint="rerun with --debug to see the traceback; a weight-only "
+                              "mode may still apply") from error
     move_exported_model_to_eval(converted)
     torch.nn.Module.train(converted, False)
     # Weights dequantized per channel are the layers quantized, less those the
