@@ -11,8 +11,6 @@ cheap.
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 import time
 import weakref
 from collections.abc import Callable
@@ -21,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exirc.diagnostics.self_check import check_options, eager_references, verify_and_bundle
-from exirc.errors import UsageError
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 from exirc.serialize import program as P
+from exirc.serialize.files import write_atomically
 from exirc.targets import DEFAULT_TARGET
 
 if TYPE_CHECKING:
@@ -98,7 +96,8 @@ class CompileResult:
     quantization: QuantizationReport | None = None  # with options.quantize: sizes, accuracy
 
     def save(self, path: str | Path) -> None:
-        write_atomically(Path(path), self.data)
+        """Write the program atomically (never a partial file), with the user's umask."""
+        write_atomically(path, self.data)
 
     @property
     def delegation(self) -> dict[str, DelegationReport]:
@@ -339,20 +338,3 @@ def _pattern_kernel(op: BackendOp) -> Callable[..., Any] | None:
         copy_into(out, pattern(*args, **kwargs))
         return out
     return run_pattern
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write via a temporary file and a rename: never a partial file at `path`."""
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise UsageError(f"cannot write {path}: directory {directory} does not exist")
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -89,9 +89,8 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
 
 
 def _write_memory_plan(path: Path, memory: list[MethodMemory], *, title: str) -> None:
-    # Imported here: the compiler module is only needed for its atomic write.
-    from exirc.compiler import write_atomically
     from exirc.inspector.memory_report_html import memory_plan_html
+    from exirc.serialize.files import write_atomically
 
     write_atomically(path, memory_plan_html(memory, title=title).encode("utf-8"))
     click.echo(f"wrote the memory plan to {path}", err=True)

@@ -23,23 +23,22 @@ native byte order, the form the interpreter's kernels assume.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import math
 import os
 import stat
 import struct
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import numpy
 import numpy.lib.format
 import numpy.typing as npt
 
-from exirc.errors import InputError, UsageError
+from exirc.errors import InputError
+from exirc.serialize.files import write_atomically
 from exirc.serialize.npy_header import (
     MAX_HEADER_SIZE,
     NPY_MAGIC,
@@ -154,31 +153,13 @@ def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, npt.NDArray[A
                 "floating-point arrays can be saved"
             )
 
-    target = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(target))
-    try:
-        fd, tmp = tempfile.mkstemp(
-            dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp"
-        )
-    except OSError as e:
-        raise _write_error(target, e) from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-                for key, array in arrays.items():
-                    with archive.open(key + ".npy", "w", force_zip64=True) as member:
-                        numpy.lib.format.write_array(member, array, allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp creates the file 0600; give it the mode a plain open() would.
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise _write_error(target, e) from e
-        raise
+    def write_members(file: BinaryIO) -> None:
+        with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for key, array in arrays.items():
+                with archive.open(key + ".npy", "w", force_zip64=True) as member:
+                    numpy.lib.format.write_array(member, array, allow_pickle=False)
+
+    write_atomically(path, write_members)
 
 
 # --------------------------------------------------------------------------- .npz members
@@ -329,13 +310,6 @@ def _read_error(name: str, e: OSError) -> InputError:
     return InputError(f"{name}: {what}", hint=_PATH_HINT)
 
 
-def _write_error(name: str, e: OSError) -> UsageError:
-    return UsageError(
-        f"{name}: cannot write: {e.strerror or e}",
-        hint="check that the directory exists, is writable and has free space",
-    )
-
-
 def _size_mismatch(where: str, header: Header, present: int) -> InputError:
     if present < header.nbytes:
         return _truncated(where, header, present, _NPY_HINT)
@@ -354,8 +328,3 @@ def _truncated(where: str, header: Header, present: int, hint: str) -> InputErro
     )
 
 
-def _umask() -> int:
-    # The only portable way to read the umask is to set it and put it back.
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
