@@ -40,7 +40,9 @@ file, 4 unsupported operator, 5 verification mismatch.
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="exirc")
-@click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
+@click.option("--debug", is_flag=True,
+              help="Show the full traceback on errors (also after the subcommand, or "
+                   "EXIRC_DEBUG=1).")
 def cli(debug: bool) -> None:
     """exirc: compile PyTorch models to .pte programs, inspect and run them."""
 
@@ -62,16 +64,43 @@ def report_error(error: ExircError, debug: bool) -> None:
         traceback.print_exception(error, file=sys.stderr)
 
 
+# Options a user may give before or after the subcommand: `--debug` is the
+# group's (every hint says "rerun with --debug"), -q and -v the subcommand's.
+_ANYWHERE = frozenset({"--debug"})
+_SUBCOMMAND_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose"})
+
+
+def normalize_arguments(args: list[str]) -> tuple[list[str], bool]:
+    """(arguments as click takes them, debug): `--debug` anywhere before `--` (or
+    EXIRC_DEBUG=1) turns on tracebacks; -q/-v before the subcommand go after it."""
+    import os
+
+    end = args.index("--") if "--" in args else len(args)
+    debug = any(a in _ANYWHERE for a in args[:end]) or \
+        os.environ.get("EXIRC_DEBUG", "") not in ("", "0")
+    head = [a for a in args[:end] if a not in _ANYWHERE]
+    moved: list[str] = []
+    while head and head[0] in _SUBCOMMAND_FLAGS:
+        moved.append(head.pop(0))
+    if moved and head and not head[0].startswith("-"):
+        head[1:1] = moved  # after the subcommand's name
+    else:
+        head[:0] = moved  # no subcommand: click reports the unknown option
+    return head + args[end:], debug
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit code (never raises)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
+    args, debug = normalize_arguments(list(sys.argv[1:] if argv is None else argv))
     if not debug:
         # torchao, which transformers imports when it is installed, warns on
         # stderr about its optional CUDA kernels on every import, and makes
         # torch's pytree log a deprecation: not the user's business.
-        for noisy in ("torchao", "torch.utils._pytree"):
-            logging.getLogger(noisy).setLevel(logging.ERROR)
+        noisy = ["torchao", "torch.utils._pytree"]
+        if any(a in ("-q", "--quiet") for a in args):
+            noisy += ["torch", "transformers"]  # -q: their own logging too
+        for name in noisy:
+            logging.getLogger(name).setLevel(logging.ERROR)
     try:
         result = cli.main(args=args, prog_name="exirc", standalone_mode=False)
         return result if isinstance(result, int) else 0

@@ -134,3 +134,27 @@ def test_color_on_a_terminal_unless_no_color(monkeypatch: pytest.MonkeyPatch) ->
     assert styler(Tty(), bold=True)("x") != "x"  # type: ignore[arg-type]
     monkeypatch.setenv("NO_COLOR", "1")
     assert styler(Tty(), bold=True)("x") == "x"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("place", ["before", "after", "environment"])
+def test_debug_before_or_after_the_subcommand_or_from_the_environment(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        place: str) -> None:
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(b"not a program")
+    args = {"before": ["--debug", "inspect", str(bad)], "after": ["inspect", str(bad), "--debug"],
+            "environment": ["inspect", str(bad)]}[place]
+    if place == "environment":
+        monkeypatch.setenv("EXIRC_DEBUG", "1")
+    code, _, err = run(capsys, *args)
+    assert code == 3
+    assert "Traceback" in err
+
+
+def test_quiet_and_verbose_before_the_subcommand_reach_it() -> None:
+    from exirc.cli.app import normalize_arguments
+
+    assert normalize_arguments(["-q", "compile", "m.py"]) == (["compile", "-q", "m.py"], False)
+    assert normalize_arguments(["-v", "--debug", "compile", "m.py", "--", "--debug"]) == \
+        (["compile", "-v", "m.py", "--", "--debug"], True)
+    assert normalize_arguments(["-q"]) == (["-q"], False)  # no subcommand: click says so
