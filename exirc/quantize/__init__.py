@@ -69,6 +69,7 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
     """Quantize one captured method. `calibration` holds the argument tuples the
     static mode observes; `where` names the method for messages."""
     from exirc.capture.export_failures import quiet_torch
+    from exirc.quantize.weight_only import quantize_weights
 
     if dynamic_shapes is None and _has_dynamic_inputs(exported):
         raise ModelError(f"{where}: the program has dynamic shapes, which quantizing would "
@@ -76,10 +77,7 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
                          hint="quantize the model file (with `dynamic_shapes`) rather than a "
                               ".pt2 archive, or export the archive with static shapes")
     module = exported.module()
-    weights: list[QuantizedWeight] = []
     quantized_ops = 0
-    from exirc.quantize.weight_only import quantize_weights
-
     if config.mode == "int8":
         module, quantized_ops = _static_int8(module, calibration, where)
         # Embedding tables are weights pt2e leaves float; in language models they
