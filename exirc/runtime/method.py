@@ -24,6 +24,7 @@ import torch
 
 from exirc.errors import ExircError
 from exirc.runtime import arenas as memory
+from exirc.runtime.argument_checks import check_method
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.kernels import Kernel
@@ -61,6 +62,7 @@ class Method:
         written = written_values(plan, kernels)
         self._env = env
         values = Values(env, plan.values, written)
+        check_method(plan, kernels, values, where)
         # Run-time scalars start each run from the file's values, so a failed run
         # (a loop counter left mid-way) cannot change the next one.
         self._scalar_starts = [(i, env[i]) for i in sorted(written)]
