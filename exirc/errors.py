@@ -70,6 +70,16 @@ class FormatError(ExircError):
         super().__init__(full, hint=hint)
 
 
+class ResourceError(ExircError):
+    """A program, or what it was given, needs more memory or work than allowed or
+    available (an arena beyond --max-memory, an input that inflates too far)."""
+
+    exit_code = 3
+    code = "E0350"
+    default_hint = ("if the file is trusted and the machine has the resources, raise the "
+                    "limit (`exirc run --max-memory SIZE`, or `load(..., max_memory=...)`)")
+
+
 class ModelError(ExircError):
     """A model file or model definition cannot be loaded or exported."""
 

@@ -21,7 +21,7 @@ import os
 import numpy
 import torch
 
-from exirc.errors import FormatError, UnsupportedOperatorError
+from exirc.errors import FormatError, ResourceError, UnsupportedOperatorError
 from exirc.serialize import program as P
 
 TORCH_DTYPES: dict[P.ScalarType, torch.dtype] = {
@@ -102,11 +102,10 @@ def check_arena_sizes(plans: list[P.ExecutionPlan], limit: int, why: str) -> Non
     if total <= limit:
         return
     largest = max(plans, key=lambda plan: sum(plan.non_const_buffer_sizes[1:]))
-    raise FormatError(
+    raise ResourceError(
         f"the memory plan needs {_size(total)} of arenas, more than the {_size(limit)} "
         f"allowed ({why}); method {largest.name!r} alone needs "
         f"{_size(sum(largest.non_const_buffer_sizes[1:]))}",
-        field="execution_plan.non_const_buffer_sizes",
         hint="if the program is trusted and the memory exists, raise the limit "
              "(`exirc run --max-memory`, or `load(..., max_memory=...)`)")
 

@@ -228,8 +228,8 @@ CASES = [
     Case("E0300", 3, inspect_bytes(b"\x00" * 64),
          re.escape("header: file identifier is b'\\x00\\x00\\x00\\x00', expected b'ET12': ")
          + ".+", exactly(FormatError.default_hint)),
-    Case("E0300", 3, run_program(add_constant_program, "--random", "--max-memory", "32"),
-         re.escape("execution_plan.non_const_buffer_sizes: the memory plan needs 64 bytes of "
+    Case("E0350", 3, run_program(add_constant_program, "--random", "--max-memory", "32"),
+         re.escape("the memory plan needs 64 bytes of "
                    "arenas, more than the 32 bytes allowed (the max_memory limit); method "
                    "'forward' alone needs 64 bytes"),
          exactly("if the program is trusted and the memory exists, raise the limit "
@@ -442,7 +442,7 @@ def test_lookups() -> None:
     assert lookup("E0341") is CATALOGUE["E0341"]
     assert lookup("StepLimitError") is CATALOGUE["E0341"]
     assert lookup("E9999") is None and lookup("nonsense") is None
-    assert closest_codes("E0342") == ["E0341", "E0340", "E0330"]  # same family first
+    assert closest_codes("E0342") == ["E0341", "E0340", "E0350"]  # same family first
     assert closest_codes("E0199") == ["E0100", "E0200", "E0201"]
     assert closest_codes("zzzz") == []
 

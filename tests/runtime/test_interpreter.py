@@ -15,7 +15,7 @@ import numpy
 import pytest
 import torch
 
-from exirc.errors import FormatError, UnsupportedOperatorError
+from exirc.errors import FormatError, ResourceError, UnsupportedOperatorError
 from exirc.runtime import load
 from exirc.runtime.delegates import BackendRegistry
 from exirc.runtime.errors import ExecutionError, StepLimitError
@@ -314,7 +314,7 @@ def test_huge_arena_is_refused_without_allocating() -> None:
     program = add_constant_program()
     program.execution_plan[0].non_const_buffer_sizes = [0, 1 << 46]  # 64 TiB
     start = time.perf_counter()
-    with pytest.raises(FormatError, match="more than the .* allowed .*available"):
+    with pytest.raises(ResourceError, match="more than the .* allowed .*available"):
         load(serialize(program))
     assert time.perf_counter() - start < 2.0
 
@@ -322,7 +322,7 @@ def test_huge_arena_is_refused_without_allocating() -> None:
 def test_max_memory_limit() -> None:
     data = serialize(add_constant_program())  # plans 64 bytes
     load(data, max_memory=64)
-    with pytest.raises(FormatError, match=r"needs 64 bytes of arenas, more than the 63 bytes"):
+    with pytest.raises(ResourceError, match=r"needs 64 bytes of arenas, more than the 63 bytes"):
         load(data, max_memory=63)
 
 
