@@ -11,8 +11,12 @@ Lookup order for `namespace::name.overload`:
      quantized kernel library (`quantized_kernels`, `quantized_decomposed::*`),
      and users' own (`@register_kernel`, or a plugin module that uses it, such as one
      binding a backend op to a pattern);
-  2. any ATen operator, straight from torch's op registry and its schema, so
-     every `aten::*.out` op runs without an entry here.
+  2. an ATen operator on the runtime's allowlist (`allowlist`: the targets'
+     kernel lists), straight from torch's op registry and its schema, so
+     every listed `aten::*.out` op runs without an entry here. Other ATen
+     operators are refused unless the caller opts in with `any_aten=True`,
+     which trusts the program: many ATen kernels do not check what a file
+     can get wrong, and crash the process on it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, TypeVar, overload
 import torch
 
 from exirc.errors import UsageError
+from exirc.runtime.allowlist import is_allowlisted
 from exirc.runtime.exirc_ops import OWN_KERNELS
 from exirc.runtime.quantized_kernels import QUANTIZED_KERNELS
 
@@ -53,7 +58,7 @@ def operator_key(name: str, overload: str) -> str:
 
 class KernelRegistry:
     """Kernels by operator name. Lookups fall back to the parent registry, then to
-    ATen."""
+    the allowlisted ATen operators."""
 
     def __init__(self, parent: KernelRegistry | None = None) -> None:
         # Lookups fall through to the parent's entries, never writes.
@@ -85,9 +90,22 @@ class KernelRegistry:
         kernel list spells them: `ns::name` for a default overload."""
         return frozenset(key.removesuffix(".default") for key in self._kernels)
 
-    def find(self, name: str, overload: str) -> Kernel | None:
-        kernel = self._kernels.get(operator_key(name, overload))
-        return kernel or aten_kernel(name, overload)
+    def find(self, name: str, overload: str, *, any_aten: bool = False) -> Kernel | None:
+        """The kernel for `name.overload`: a registered one, else an allowlisted
+        ATen operator from torch's registry; None if there is neither.
+
+        `any_aten=True` resolves every ATen operator torch has. That trusts the
+        program: the arguments a file gives an operator off the allowlist go to
+        its kernel as they are, and some ATen kernels crash the process on
+        arguments they do not expect.
+        """
+        key = operator_key(name, overload)
+        kernel = self._kernels.get(key)
+        if kernel is not None:
+            return kernel
+        if not (any_aten or is_allowlisted(key)):
+            return None
+        return aten_kernel(name, overload)
 
 
 KERNELS = KernelRegistry()
@@ -133,8 +151,16 @@ def parse_schema(spec: str) -> torch._C.FunctionSchema:
                          f"{str(error).splitlines()[0]}") from None
 
 
+def outside_allowlist(name: str, overload: str) -> bool:
+    """Whether torch has this ATen operator but the runtime's allowlist leaves it
+    out (so only `find(..., any_aten=True)` resolves it)."""
+    return (name.startswith("aten::") and not is_allowlisted(operator_key(name, overload))
+            and aten_kernel(name, overload) is not None)
+
+
 def aten_kernel(name: str, overload: str) -> Kernel | None:
-    """Any ATen operator, from torch's own registry: its schema and a direct call."""
+    """Any ATen operator, from torch's own registry: its schema and a direct call.
+    No allowlist here: `KernelRegistry.find` applies it."""
     if not name.startswith("aten::"):
         return None
     key = operator_key(name, overload)

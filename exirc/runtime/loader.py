@@ -6,7 +6,9 @@
 `load` is the table of contents. Each stage refuses a bad program with a
 typed error before the next one costs anything, so a hostile file fails
 before it can make us allocate, and a program that needs an operator nobody
-registered fails at load, listing everything that is missing at once.
+registered, or an ATen operator off the runtime's allowlist
+(`exirc.runtime.allowlist`), fails at load, listing everything that is
+missing at once.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from exirc.runtime import delegates
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
 from exirc.runtime import xnnpack as _xnnpack  # noqa: F401 (registers the XnnpackBackend)
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
-from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key
+from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key, outside_allowlist
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
 from exirc.serialize import program as P
 from exirc.serialize import read_program_file, symbolic_shapes
@@ -71,19 +73,29 @@ class LoadedProgram:
 
 def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
          kernels: KernelRegistry | None = None,
-         backends: BackendRegistry | None = None) -> LoadedProgram:
+         backends: BackendRegistry | None = None,
+         allow_any_aten: bool = False) -> LoadedProgram:
     """Load a `.pte` program (a path, or its bytes) for running.
 
     `max_memory` caps the bytes of planned memory (arenas) the program may
     claim; whatever it is, a plan larger than the memory available now is
     refused. `max_steps` bounds the instructions one run may execute.
     `kernels` and `backends` default to the global registries.
+
+    A program's operators must have registered kernels or be ATen operators
+    on the runtime's allowlist (the built-in targets' kernel lists); others
+    are refused, all named at once. `allow_any_aten=True` runs any ATen
+    operator torch has: only for a file you trust, since the arguments it
+    gives an operator off the list reach that operator's kernel unchecked by
+    anything but the kernel itself, and some kernels crash the process on
+    arguments they do not expect.
     """
     data = _map(source) if isinstance(source, (str, os.PathLike)) else source
     program = read_program_file(data).program  # checked: every index is in range
     plans = program.execution_plan
     _check_method_names(plans)
-    kernel_tables, backend_tables = _resolve(plans, kernels or KERNELS, backends or BACKENDS)
+    kernel_tables, backend_tables = _resolve(plans, kernels or KERNELS, backends or BACKENDS,
+                                             allow_any_aten)
     _check_memory(plans, max_memory)  # before allocating any of it
     shapes = _symbolic_shapes(program)
     shared = memory.allocate_shared_arenas(plans)
@@ -126,12 +138,13 @@ def _check_method_names(plans: list[P.ExecutionPlan]) -> None:
         seen.add(plan.name)
 
 
-def _resolve(plans: list[P.ExecutionPlan], kernels: KernelRegistry, backends: BackendRegistry
-             ) -> tuple[list[dict[int, Kernel]], list[list[Backend]]]:
+def _resolve(plans: list[P.ExecutionPlan], kernels: KernelRegistry, backends: BackendRegistry,
+             allow_any_aten: bool) -> tuple[list[dict[int, Kernel]], list[list[Backend]]]:
     """Every operator's kernel and every delegate's backend, or one error naming all missing."""
     kernel_tables: list[dict[int, Kernel]] = []
     backend_tables: list[list[Backend]] = []
     missing_ops: dict[str, Counter[str]] = {}
+    refused_ops: dict[str, Counter[str]] = {}  # ATen operators off the allowlist
     missing_backends: list[str] = []
     for plan in plans:
         used = {instr.op_index for chain in plan.chains for instr in chain.instructions
@@ -139,10 +152,12 @@ def _resolve(plans: list[P.ExecutionPlan], kernels: KernelRegistry, backends: Ba
         table = {}
         for index in sorted(used):
             op = plan.operators[index]
-            kernel = kernels.find(op.name, op.overload)
+            kernel = kernels.find(op.name, op.overload, any_aten=allow_any_aten)
             if kernel is None:
                 key = operator_key(op.name, op.overload)
-                missing_ops.setdefault(key, Counter())[plan.name] += 1
+                refused = outside_allowlist(op.name, op.overload)
+                (refused_ops if refused else missing_ops).setdefault(
+                    key, Counter())[plan.name] += 1
             else:
                 table[index] = kernel
         kernel_tables.append(table)
@@ -155,26 +170,37 @@ def _resolve(plans: list[P.ExecutionPlan], kernels: KernelRegistry, backends: Ba
             else:
                 found.append(backend)
         backend_tables.append(found)
-    if missing_ops or missing_backends:
-        raise _missing(missing_ops, missing_backends)
+    if missing_ops or refused_ops or missing_backends:
+        raise _missing(missing_ops, refused_ops, missing_backends)
     return kernel_tables, backend_tables
 
 
-def _missing(ops: dict[str, Counter[str]], backends: list[str]) -> UnsupportedOperatorError:
+def _missing(ops: dict[str, Counter[str]], refused: dict[str, Counter[str]],
+             backends: list[str]) -> UnsupportedOperatorError:
+    """One error naming every operator and backend the program needs and cannot have."""
     parts = []
     if ops:
-        names = [f"{name} (in {', '.join(repr(m) for m in methods)})"
-                 for name, methods in sorted(ops.items())]
-        parts.append(f"no kernel for {len(ops)} operator{'s' if len(ops) > 1 else ''}: "
-                     + ", ".join(names))
+        parts.append(f"no kernel for {_operators(ops, 'operator')}")
+    if refused:
+        parts.append(f"{_operators(refused, 'ATen operator', ' off the runtime allowlist')}")
     if backends:
         parts.append(f"no backend registered for {len(backends)} delegate"
                      f"{'s' if len(backends) > 1 else ''}: " + ", ".join(backends))
-    return UnsupportedOperatorError(
-        "; ".join(parts),
-        hint="ATen operators resolve by themselves; register others with "
-             "exirc.runtime.register_kernel / register_backend, in a module you pass to "
-             "`exirc run --plugin`")
+    hint = ("register kernels with exirc.runtime.register_kernel and backends with "
+            "register_backend, in a module you pass to `exirc run --plugin`")
+    if refused:
+        hint = ("the allowlisted ATen operators are those ExecuTorch's portable kernels "
+                "implement; if you trust the file, `exirc run --allow-any-aten-op` "
+                "(load(..., allow_any_aten=True)) runs any ATen operator torch has, "
+                "or " + hint)
+    return UnsupportedOperatorError("; ".join(parts), hint=hint)
+
+
+def _operators(ops: dict[str, Counter[str]], noun: str, qualifier: str = "") -> str:
+    """`2 operators: a.out (in 'forward'), b.out (in 'forward', 'step')`."""
+    names = [f"{name} (in {', '.join(repr(m) for m in methods)})"
+             for name, methods in sorted(ops.items())]
+    return f"{len(ops)} {noun}{'s' if len(ops) > 1 else ''}{qualifier}: " + ", ".join(names)
 
 
 def _check_memory(plans: list[P.ExecutionPlan], max_memory: int | None) -> None:
