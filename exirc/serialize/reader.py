@@ -3,19 +3,21 @@
 Reading a path maps the file, so constant segments come back as
 `memoryview`s into the mapping: weights are never copied, and a 50 MB
 program loads in the time it takes to decode its (small) FlatBuffer.
+Mapping, and what protects it from a file changed on disk, is
+`exirc.serialize.mapped_file`.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass
 
-from exirc.errors import FormatError, UsageError
+from exirc.errors import FormatError
 from exirc.serialize import program as P
 from exirc.serialize.checked_buffer import CheckedBuffer
 from exirc.serialize.decode import decode_program, segment_ranges
 from exirc.serialize.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, ExtendedHeader
+from exirc.serialize.mapped_file import open_mapped
 from exirc.serialize.validate import validate_program
 
 Source = bytes | bytearray | memoryview | str | os.PathLike[str]
@@ -52,25 +54,12 @@ def read_program_file(source: Source) -> ProgramFile:
 
 
 def map_file(path: str | os.PathLike[str], *, copy_on_write: bool = False) -> memoryview:
-    """The file's bytes, mapped (read-only, or private copy-on-write pages)."""
-    name = os.fspath(path)
-    access = mmap.ACCESS_COPY if copy_on_write else mmap.ACCESS_READ
-    try:
-        with open(name, "rb") as file:
-            if os.fstat(file.fileno()).st_size == 0:
-                raise FormatError(f"{name} is empty, not a program file")
-            # The mapping outlives the file object: memoryviews keep it alive.
-            mapped = mmap.mmap(file.fileno(), 0, access=access)
-    except FileNotFoundError:
-        raise UsageError(f"no such file: {name}", hint="check the path") from None
-    except IsADirectoryError:
-        raise UsageError(f"{name} is a directory, not a program file") from None
-    except PermissionError:
-        raise UsageError(f"cannot read {name}: permission denied") from None
-    except (OSError, ValueError) as error:
-        raise UsageError(f"cannot map {name}: {error}",
-                         hint="programs are loaded from regular files") from None
-    return memoryview(mapped)
+    """The file's bytes, mapped (read-only, or private copy-on-write pages).
+
+    Small files are copied instead; `open_mapped` says which, and gives the
+    guard (`MappedFile.check`) that refuses a mapped file changed since.
+    """
+    return open_mapped(path, copy_on_write=copy_on_write).view
 
 
 def _read(data: memoryview) -> ProgramFile:
