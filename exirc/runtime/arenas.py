@@ -16,7 +16,9 @@ that storage cannot grow. A kernel asked to write more than the plan allows
 
 from __future__ import annotations
 
+import array
 import os
+from collections.abc import Sequence
 
 import numpy
 import torch
@@ -52,6 +54,10 @@ SCALAR_TYPES: dict[torch.dtype, P.ScalarType] = {v: k for k, v in TORCH_DTYPES.i
 # Arenas start on a cache line, like torch's own allocations; planners align
 # offsets within them (ExecuTorch: 16 bytes).
 _ALIGNMENT = 64
+
+FIRST_SHARED_BUFFER = P.FIRST_SHARED_BUFFER
+
+Arena = numpy.typing.NDArray[numpy.uint8]
 
 
 def torch_dtype(scalar_type: P.ScalarType, where: str) -> torch.dtype:
@@ -97,37 +103,111 @@ def check_arena_sizes(plans: list[P.ExecutionPlan], limit: int, why: str) -> Non
 
     A hostile file can declare terabytes of planned memory in a few bytes; we
     say so instead of letting the allocation fail (or succeed, and swap).
+    Every buffer counts, entry 0 included (it is allocated like the others),
+    and a buffer the methods share counts once, at its largest.
     """
-    total = sum(sum(plan.non_const_buffer_sizes[1:]) for plan in plans)
+    total = planned_bytes(plans)
     if total <= limit:
         return
-    largest = max(plans, key=lambda plan: sum(plan.non_const_buffer_sizes[1:]))
+    largest = max(plans, key=lambda plan: sum(plan.non_const_buffer_sizes))
     raise ResourceError(
         f"the memory plan needs {_size(total)} of arenas, more than the {_size(limit)} "
         f"allowed ({why}); method {largest.name!r} alone needs "
-        f"{_size(sum(largest.non_const_buffer_sizes[1:]))}",
+        f"{_size(sum(largest.non_const_buffer_sizes))}",
         hint="if the program is trusted and the memory exists, raise the limit "
              "(`exirc run --max-memory`, or `load(..., max_memory=...)`)")
 
 
-FIRST_SHARED_BUFFER = P.FIRST_SHARED_BUFFER
+def planned_bytes(plans: list[P.ExecutionPlan]) -> int:
+    """Bytes of arenas loading `plans` allocates: each method's own buffers,
+    and each shared buffer once, as large as the largest any method declares."""
+    own = sum(sum(plan.non_const_buffer_sizes[:FIRST_SHARED_BUFFER]) for plan in plans)
+    return own + sum(shared_sizes(plans))
 
-Arena = numpy.typing.NDArray[numpy.uint8]
 
-
-def allocate_shared_arenas(plans: list[P.ExecutionPlan]) -> dict[int, Arena]:
-    """The buffers methods share, each as big as the largest any method declares."""
-    sizes: dict[int, int] = {}
+def shared_sizes(plans: list[P.ExecutionPlan]) -> array.array[int]:
+    """Size of each shared buffer, from `FIRST_SHARED_BUFFER` on: the largest any
+    method declares (a method declaring fewer buffers does not use the rest)."""
+    sizes: array.array[int] = array.array("q")
     for plan in plans:
-        for i, size in enumerate(plan.non_const_buffer_sizes[FIRST_SHARED_BUFFER:],
-                                 FIRST_SHARED_BUFFER):
-            sizes[i] = max(sizes.get(i, 0), size)
-    return {i: _zeroed(size) for i, size in sizes.items()}
+        declared = plan.non_const_buffer_sizes
+        for i in range(FIRST_SHARED_BUFFER, len(declared)):
+            k = i - FIRST_SHARED_BUFFER
+            if k == len(sizes):
+                sizes.append(declared[i])
+            elif declared[i] > sizes[k]:
+                sizes[k] = declared[i]
+    return sizes
 
 
-def allocate_arenas(plan: P.ExecutionPlan, shared: dict[int, Arena] | None = None
-                    ) -> list[Arena]:
-    """One arena per planned buffer, exactly its size. Buffer 0 is reserved (empty).
+class _Block:
+    """Arenas as views of one zeroed allocation, each starting on a cache line.
+
+    One allocation instead of one per buffer: a file declaring a hundred
+    thousand tiny buffers costs their bytes, not a hundred thousand arrays.
+    Views are made when asked for (only buffers that tensors use are).
+    """
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.sizes = array.array("q", sizes)
+        self.starts = array.array("q")
+        end = 0
+        for size in self.sizes:
+            self.starts.append(end)
+            end += -(-size // _ALIGNMENT) * _ALIGNMENT
+        self.memory = _zeroed(end)
+
+    def view(self, k: int) -> Arena:
+        start = self.starts[k]
+        return self.memory[start:start + self.sizes[k]]
+
+
+class SharedArenas(dict[int, Arena]):
+    """The buffers methods share (id `FIRST_SHARED_BUFFER` on), each as big as
+    the largest any method declares. A dict only for lookups (`shared[i]`):
+    each view is made when asked for, and not kept."""
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        super().__init__()
+        self._block = _Block(sizes)
+
+    def __missing__(self, memory_id: int) -> Arena:
+        k = memory_id - FIRST_SHARED_BUFFER
+        if not 0 <= k < len(self._block.sizes):
+            raise KeyError(memory_id)
+        return self._block.view(k)
+
+
+def allocate_shared_arenas(plans: list[P.ExecutionPlan]) -> SharedArenas:
+    """The buffers methods share, each as big as the largest any method declares."""
+    return SharedArenas(shared_sizes(plans))
+
+
+class Arenas:
+    """One method's arenas by buffer id: its own (ids below `FIRST_SHARED_BUFFER`)
+    and views of the shared ones, exactly the size it declares."""
+
+    def __init__(self, plan: P.ExecutionPlan, shared: dict[int, Arena] | None) -> None:
+        sizes = plan.non_const_buffer_sizes
+        self._count = len(sizes)
+        self._own = _Block(sizes[:FIRST_SHARED_BUFFER])
+        self._sizes = array.array("q", sizes[FIRST_SHARED_BUFFER:])
+        self._shared = shared if shared is not None \
+            else allocate_shared_arenas([plan])
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, memory_id: int) -> Arena:
+        if not 0 <= memory_id < self._count:
+            raise IndexError(f"no buffer {memory_id} ({self._count} planned)")
+        if memory_id < FIRST_SHARED_BUFFER:
+            return self._own.view(memory_id)
+        return self._shared[memory_id][:self._sizes[memory_id - FIRST_SHARED_BUFFER]]
+
+
+def allocate_arenas(plan: P.ExecutionPlan, shared: dict[int, Arena] | None = None) -> Arenas:
+    """One arena per planned buffer, exactly its size, entry 0 included.
 
     Buffers in `shared` (program state) are views of those arrays, so every
     method reads and writes the same memory. Zeroed, as ExecuTorch's planned
@@ -135,15 +215,25 @@ def allocate_arenas(plan: P.ExecutionPlan, shared: dict[int, Arena] | None = Non
     state without an initial value) sees zeros, not garbage; and lazily,
     since calloc maps zero pages that are only touched when used.
     """
-    arenas = []
-    for i, size in enumerate(plan.non_const_buffer_sizes):
-        common = (shared or {}).get(i)
-        arenas.append(common[:size] if common is not None else _zeroed(size))
-    return arenas
+    return Arenas(plan, shared)
+
+
+_NOTHING: Arena = numpy.zeros(0, dtype=numpy.uint8)
 
 
 def _zeroed(size: int) -> Arena:
-    raw = numpy.zeros(size + _ALIGNMENT, dtype=numpy.uint8)
+    """`size` zero bytes starting on a cache line; ResourceError if the system
+    refuses them (the plan was checked against the memory available, but that
+    can change, and an allocator may refuse what /proc/meminfo offers)."""
+    if size == 0:
+        return _NOTHING
+    try:
+        raw = numpy.zeros(size + _ALIGNMENT, dtype=numpy.uint8)
+    except (MemoryError, ValueError):
+        raise ResourceError(
+            f"cannot allocate {_size(size)} of planned memory (arenas): the system "
+            "refused it", hint="free memory, or run the program on a machine with more"
+        ) from None
     start = -raw.ctypes.data % _ALIGNMENT
     return raw[start:start + size]
 

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy
 import torch
 
 from exirc.errors import UnsupportedOperatorError
@@ -33,7 +32,7 @@ class Values:
 
 
 def value_table(program: P.Program, plan: P.ExecutionPlan,
-                arenas: list[numpy.typing.NDArray[numpy.uint8]], where: str,
+                arenas: memory.Arenas, where: str,
                 initial_state: list[tuple[Any, memoryview]]) -> list[Any]:
     """The table of `plan`'s values; each tensor that is program state adds
     (where in an arena, initial bytes) to `initial_state`."""
@@ -62,7 +61,7 @@ def value_table(program: P.Program, plan: P.ExecutionPlan,
 
 
 def _tensor(program: P.Program, meta: P.Tensor,
-            arenas: list[numpy.typing.NDArray[numpy.uint8]], where: str,
+            arenas: memory.Arenas, where: str,
             initial_state: list[tuple[Any, memoryview]]) -> torch.Tensor:
     dtype = memory.torch_dtype(meta.scalar_type, where)
     extra = meta.extra_tensor_info

@@ -30,6 +30,10 @@ from exirc.serialize.checked_buffer import (
 
 E = TypeVar("E", bound=enum.IntEnum)
 
+# Dims a tensor may have: far beyond any model (ExecuTorch's runtime allows
+# 16), and few enough that shape arithmetic and listings stay small.
+MAX_DIMS = 64
+
 
 def _enum(kind: type[E], raw: int, t: TableView, name: str) -> E:
     try:
@@ -171,6 +175,9 @@ def evalue(t: TableView) -> P.EValue:
 
 def tensor(t: TableView) -> P.Tensor:
     sizes = t.scalars(2, "i", "sizes")
+    if len(sizes) > MAX_DIMS:
+        raise FormatError(f"{len(sizes)} dims, more than the {MAX_DIMS} a tensor may have",
+                          field=f"{t.path}.sizes")
     for i, size in enumerate(sizes):
         if size < 0:
             raise FormatError(f"size {size} is negative", field=f"{t.path}.sizes[{i}]")

@@ -29,6 +29,23 @@ def validate_program(program: P.Program) -> None:
         _PlanChecker(program, plan, f"execution_plan[{i}]", constant_sizes).check()
 
 
+def _stride_extent(sizes: list[int]) -> int:
+    """The product of the sizes with 0 counted as 1: what strides multiply."""
+    extent = 1
+    for size in sizes:
+        extent *= max(size, 1)
+        if extent > MAX_TENSOR_BYTES:
+            break  # already too large; more digits would only cost time
+    return extent
+
+
+def _shown(sizes: list[int]) -> str:
+    """Sizes for a message, cut when there are many."""
+    if len(sizes) <= 8:
+        return str(list(sizes))
+    return f"[{', '.join(map(str, sizes[:8]))}, ... {len(sizes) - 8} more]"
+
+
 def _index(value: int, length: int, field: str, table: str) -> None:
     if not 0 <= value < length:
         raise FormatError(f"index {value} is out of range: {table} has {length} entries",
@@ -111,10 +128,15 @@ class _PlanChecker:
 
     def check_tensor(self, tensor: P.Tensor, field: str) -> None:
         path = f"{self.path}.{field}"
-        nbytes = tensor.nbytes  # Python ints: no silent wrap-around
-        if nbytes > MAX_TENSOR_BYTES:
-            raise FormatError(f"tensor of sizes {tensor.sizes} needs {nbytes} bytes, "
-                              "implausibly many", field=f"{path}.sizes")
+        # Bounded before `nbytes` multiplies the sizes out. A size-0 dim makes
+        # the tensor empty whatever the others are, but strides still multiply
+        # them: they too must stay far within int64 arithmetic.
+        extent = _stride_extent(tensor.sizes) * tensor.scalar_type.itemsize
+        if extent > MAX_TENSOR_BYTES:
+            why = "is empty, but its other dims span" if 0 in tensor.sizes else "needs"
+            raise FormatError(f"tensor of sizes {_shown(tensor.sizes)} {why} more than "
+                              f"2**48 bytes, implausibly many", field=f"{path}.sizes")
+        nbytes = tensor.nbytes
         if tensor.data_buffer_idx and tensor.allocation_info is not None:
             # A planned tensor with data is mutable state: its initial value
             # is in a mutable data segment, not among the constants.
