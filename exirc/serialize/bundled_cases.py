@@ -38,7 +38,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from exirc.errors import FormatError, UsageError
 from exirc.serialize import program as P
@@ -51,6 +51,9 @@ MAX_HEADER_BYTES = 1 << 22
 MAX_CASES = 4096
 MAX_VALUES = 4096  # inputs plus outputs of one case
 MAX_DIMS = 32
+# Ints, dims and offsets the header may hold: int64's range (what a program's
+# scalars are); more would make size arithmetic, and printing, unbounded.
+MAX_INT = (1 << 63) - 1
 MAX_BUNDLE_BYTES = 1 << 28  # what `--bundle` agrees to store
 _PREFIX = struct.Struct("<8sII")
 SEGMENT_FIELD = f"named_data[{NAMED_DATA_KEY!r}]"  # how errors name the segment
@@ -207,6 +210,8 @@ def _decode(data: memoryview) -> Bundle:
                                     f"{len(data)} bytes, at most {MAX_HEADER_BYTES})")
     try:
         header = json.loads(bytes(data[_PREFIX.size:_PREFIX.size + header_size]))
+    except RecursionError:  # Python's JSON parser recurses into nested lists
+        raise _Malformed(".header", "JSON nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as error:
         raise _Malformed(".header", f"not JSON: {error}") from None
     blob = data[_align(_PREFIX.size + header_size):]
@@ -221,6 +226,8 @@ def _decode(data: memoryview) -> Bundle:
 
 
 def _tolerance(value: Any, field: str) -> float:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise _Malformed(field, "an integer beyond int64 is not a tolerance")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
             not math.isfinite(value) or value < 0:
         raise _Malformed(field, f"{value!r:.40} is not a tolerance")
@@ -257,7 +264,8 @@ def _value(entry: Any, blob: memoryview, field: str) -> BundledValue:
     ((kind, item),) = entry.items()
     if kind == "bool" and isinstance(item, bool):
         return item
-    if kind == "int" and isinstance(item, int) and not isinstance(item, bool):
+    if kind == "int" and isinstance(item, int) and not isinstance(item, bool) and \
+            -MAX_INT - 1 <= item <= MAX_INT:
         return item
     if kind == "float" and isinstance(item, str) and len(item) <= 64:
         try:
@@ -267,15 +275,20 @@ def _value(entry: Any, blob: memoryview, field: str) -> BundledValue:
     raise _Malformed(field, f"{kind!r:.20}: {item!r:.40} is not a value")
 
 
+def _count(value: Any) -> TypeGuard[int]:
+    """Whether `value` is an int in 0..MAX_INT (a dim, an offset)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT
+
+
 def _tensor(entry: dict[str, Any], blob: memoryview, field: str) -> BundledTensor:
     dtype, shape, offset = entry.get("dtype"), entry.get("shape"), entry.get("offset")
     if dtype not in ITEMSIZE:
         raise _Malformed(f"{field}.dtype", f"{dtype!r:.40} is not a dtype (known: "
                                            f"{', '.join(ITEMSIZE)})")
     if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            _count(d) for d in shape):
         raise _Malformed(f"{field}.shape", f"{shape!r:.60} is not a shape")
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+    if not _count(offset):
         raise _Malformed(f"{field}.offset", f"{offset!r:.40} is not an offset")
     nbytes = math.prod(shape) * ITEMSIZE[dtype]  # Python ints: no overflow
     if offset + nbytes > len(blob):

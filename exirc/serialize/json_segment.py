@@ -3,7 +3,8 @@
 Symbolic shapes and constant names travel in segments that `named_data`
 names by key; runtimes that do not know the key ignore them. Each is one
 JSON object with a `format_version`. Reading one is reading untrusted
-input: too big or malformed is a FormatError naming the segment.
+input: too big, nested too deep (Python's parser recurses) or malformed is
+a FormatError naming the segment.
 """
 
 from __future__ import annotations
@@ -36,5 +37,7 @@ def parse(data: bytes | memoryview, *, key: str, what: str, version: int, max_by
             found = document.get("format_version") if isinstance(document, dict) else None
             raise ValueError(f"format_version {found!r}, expected {version}")
         return read(document)
+    except RecursionError:
+        raise FormatError(f"unreadable {what}: JSON nested too deeply", field=where) from None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise FormatError(f"unreadable {what}: {error}", field=where) from None

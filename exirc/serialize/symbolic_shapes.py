@@ -25,6 +25,10 @@ NAMED_DATA_KEY = "exirc.symbolic_shapes"  # a key in files: never renamed
 FORMAT_VERSION = 1
 _MAX_BYTES = 1 << 22
 _MAX_EXPRESSION = 200
+# Sizes and symbol bounds a file may state: int64's range, what sizes are.
+# A bound of 10**4000 would make every value computed from it huge (and
+# Python refuses to print ints of more than 4300 digits).
+MAX_SIZE = (1 << 63) - 1
 
 Dim = int | str  # a size, or an expression over symbols such as "2*s0"
 
@@ -87,7 +91,9 @@ def _methods(document: dict[str, Any]) -> dict[str, MethodShapes]:
 
 def _int(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{value!r} is not an integer")
+        raise ValueError(f"{value!r:.40} is not an integer")
+    if not -MAX_SIZE <= value <= MAX_SIZE:
+        raise ValueError("an integer beyond int64 is not a size or a bound")
     return value
 
 
@@ -160,9 +166,11 @@ def _value(tree: ast.expr, symbols: Mapping[str, int]) -> int | None:
         return int(_CALLS[node.func.id](*args))
 
     try:
-        return value(tree)
+        result = value(tree)
     except (ValueError, TypeError, ZeroDivisionError, OverflowError):
         return None
+    # Past int64 no real size lies: say "unknown" rather than carry the number.
+    return result if result is None or -MAX_SIZE <= result <= MAX_SIZE else None
 
 
 def upper_bound(expression: str, symbols: Mapping[str, SymbolRange]) -> int | None:
