@@ -4,9 +4,11 @@ Each KernelCall becomes a closure holding the kernel (`exirc.runtime.kernels`)
 and its argument objects: tensors are fixed objects whose memory and shape
 change in place, so a call at run time does no lookups and no string work.
 Only values written at run time (sizes computed by prim ops) are read from
-the value table per call. Binding also checks what a file could get wrong:
-each argument's kind against the schema, outs that would write into
-constants, and the slots a functional op's results go to.
+the value table per call. The loader has checked each call's values against
+the schema (`argument_kinds`: counts, kinds, fixed list lengths, result
+slots); binding checks the rest of what a file could get wrong: outs that
+would write into constants, enum codes (dtypes, memory formats), and lists
+written at run time, when they are read, since a kernel trusts their length.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from typing import Any
 import torch
 
 from exirc.errors import FormatError
+from exirc.runtime import list_lengths
 from exirc.runtime.arenas import TORCH_DTYPES, alias
+from exirc.runtime.argument_kinds import LIST_CATEGORIES, category, result_slots
+from exirc.runtime.errors import ExecutionError
 from exirc.runtime.kernels import Kernel, copy_into, is_dispatcher_call
 from exirc.runtime.values import Values
 from exirc.serialize import program as P
@@ -28,32 +33,13 @@ Call = Callable[[], None]
 _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last,
                    torch.channels_last_3d)
 
-# What a schema argument expects, from its type as written in the schema.
-_CATEGORIES = {
-    "Tensor": "tensor", "List[Tensor]": "tensor list", "List[Optional[Tensor]]": "optional list",
-    "int": "int", "List[int]": "int list", "float": "float", "List[float]": "float list",
-    "bool": "bool", "List[bool]": "bool list", "number": "scalar", "str": "str",
-    "ScalarType": "dtype", "MemoryFormat": "memory format", "Layout": "layout",
-}
-
-# The value kinds each category accepts (Null too when the argument is optional).
-_ACCEPTS: dict[str, tuple[type, ...]] = {
-    "tensor": (P.Tensor,), "tensor list": (P.TensorList,),
-    "optional list": (P.OptionalTensorList, P.TensorList),
-    "int": (P.Int,), "int list": (P.IntList,), "float": (P.Double, P.Int),
-    "float list": (P.DoubleList,), "bool": (P.Bool,), "bool list": (P.BoolList,),
-    "scalar": (P.Int, P.Double, P.Bool), "str": (P.String,),
-    "dtype": (P.Int,), "memory format": (P.Int,), "layout": (P.Int,),
-}
-
 
 def bind(kernel: Kernel, args: Sequence[int], values: Values, where: str) -> Call:
-    """The KernelCall `kernel(args)` as a closure that runs it with no lookups."""
+    """The KernelCall `kernel(args)` as a closure that runs it with no lookups.
+
+    Its values must have passed `argument_kinds.check_call`."""
     schema = kernel.schema
     count = len(schema.arguments)
-    if len(args) < count:
-        raise FormatError(f"{where} has {len(args)} arguments, but the operator takes {count}: "
-                          f"{schema}")
     fn = kernel.fn
     positional: list[Any] = []
     dispatched = is_dispatcher_call(fn)
@@ -106,20 +92,14 @@ def _argument(arg: Any, index: int, values: Values,
               where: str) -> tuple[Any, Callable[[], Any] | None]:
     """The argument object for value `index`, or a getter when it changes at run time."""
     evalue = values.evalues[index]
-    type_text = str(arg.real_type)
-    optional = type_text.startswith("Optional[")
-    category = _CATEGORIES.get(type_text[9:-1] if optional else type_text)
-    if category is not None:
-        accepted = _ACCEPTS[category] + ((P.Null,) if optional else ())
-        if not isinstance(evalue, accepted):
-            names = " or ".join(kind.__name__ for kind in accepted)
-            raise FormatError(f"{where} expects {type_text} (a {names} value), but value "
-                              f"{index} is a {type(evalue).__name__}")
+    kind, optional = category(arg)
     env = values.env
-    convert = _ENUM_CONVERTERS.get(category or "")
+    convert = _ENUM_CONVERTERS.get(kind or "")
     if index in values.written:
         if convert is not None:
             return None, lambda: convert(env[index], where)
+        if kind in LIST_CATEGORIES:
+            return None, _checked_list(arg, index, env, optional)
         return None, lambda: env[index]
     if isinstance(evalue, P.IntList) and any(i in values.written for i in evalue.items):
         items = list(evalue.items)
@@ -128,6 +108,26 @@ def _argument(arg: Any, index: int, values: Values,
     if convert is not None and value is not None:
         value = convert(value, where)
     return value, None
+
+
+def _checked_list(arg: Any, index: int, env: list[Any],
+                  optional: bool) -> Callable[[], Any]:
+    """A getter for a list written at run time (a move into it) that refuses, as an
+    ExecutionError, anything but a list of a length the argument takes."""
+    def get() -> Any:
+        value = env[index]
+        if value is None and optional:
+            return value
+        if not isinstance(value, list):
+            raise ExecutionError(f"argument {arg.name!r} expects {arg.real_type}, but value "
+                                 f"{index} holds a {type(value).__name__} when it is read")
+        if not list_lengths.fits(arg, len(value)):
+            raise ExecutionError(f"argument {arg.name!r} expects "
+                                 f"{list_lengths.fixed_length(arg)} items "
+                                 f"({list_lengths.declared_type(arg)}), but value {index} "
+                                 f"holds {len(value)} when it is read")
+        return value
+    return get
 
 
 def _check_output(arg: Any, index: int, values: Values, where: str) -> list[torch.Tensor]:
@@ -195,19 +195,10 @@ def _result_writer(kernel: Kernel, slots: Sequence[int], values: Values,
     tensors into the slot's tensor (a returned alias, like a view, makes the
     slot share its memory; a new tensor is copied into the slot's planned bytes).
     """
-    schema = kernel.schema
-    if not schema.returns or any(a.alias_info is not None and a.alias_info.is_write
-                                 for a in schema.arguments):
+    targets = result_slots(kernel, slots, values.evalues, where)
+    if not targets:
         return None
-    returns = list(schema.returns)
-    targets = list(slots)
-    if len(returns) > 1 and len(targets) == 1:
-        only = values.evalues[targets[0]]
-        if isinstance(only, P.TensorList):
-            targets = list(only.items)  # ExecuTorch's form for several tensor results
-    if len(targets) != len(returns):
-        raise FormatError(f"{where} has {len(slots)} result slots for the operator's "
-                          f"{len(returns)} results: {schema}")
+    returns = kernel.schema.returns
     writers = [_slot_writer(ret, slot, values) for ret, slot in zip(returns, targets)]
     if len(writers) == 1:
         return writers[0]

@@ -95,9 +95,9 @@ class KernelRegistry:
         ATen operator from torch's registry; None if there is neither.
 
         `any_aten=True` resolves every ATen operator torch has. That trusts the
-        program: the arguments a file gives an operator off the allowlist go to
-        its kernel as they are, and some ATen kernels crash the process on
-        arguments they do not expect.
+        program: operators off the allowlist may trust what a hostile file gets
+        wrong (an index out of range, an inconsistent size), and some crash the
+        process on it.
         """
         key = operator_key(name, overload)
         kernel = self._kernels.get(key)

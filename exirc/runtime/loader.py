@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from exirc.errors import FormatError, UnsupportedOperatorError, UsageError
 from exirc.runtime import arenas as memory
-from exirc.runtime import delegates
+from exirc.runtime import argument_kinds, delegates
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
 from exirc.runtime import xnnpack as _xnnpack  # noqa: F401 (registers the XnnpackBackend)
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
@@ -85,10 +85,9 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     A program's operators must have registered kernels or be ATen operators
     on the runtime's allowlist (the built-in targets' kernel lists); others
     are refused, all named at once. `allow_any_aten=True` runs any ATen
-    operator torch has: only for a file you trust, since the arguments it
-    gives an operator off the list reach that operator's kernel unchecked by
-    anything but the kernel itself, and some kernels crash the process on
-    arguments they do not expect.
+    operator torch has: only for a file you trust, since operators off the
+    list may trust what a hostile file gets wrong (an index out of range, an
+    inconsistent size), and some crash the process on it.
     """
     data = _map(source) if isinstance(source, (str, os.PathLike)) else source
     program = read_program_file(data).program  # checked: every index is in range
@@ -96,6 +95,8 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     _check_method_names(plans)
     kernel_tables, backend_tables = _resolve(plans, kernels or KERNELS, backends or BACKENDS,
                                              allow_any_aten)
+    for i, (plan, table) in enumerate(zip(plans, kernel_tables)):
+        argument_kinds.check_calls(plan, table, f"execution_plan[{i}]")  # before any kernel
     _check_memory(plans, max_memory)  # before allocating any of it
     shapes = _symbolic_shapes(program)
     shared = memory.allocate_shared_arenas(plans)
