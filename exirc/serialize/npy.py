@@ -15,6 +15,9 @@
     own .npy header before it is decompressed, and it is read through a
     stream that stops at that size, so a zip bomb can never make us hold more
     than the archive declares and the header confirms.
+  * Given what the inputs must be (`npy_expected`), the readers check the
+    archive's names and every header against it before reading any data, so
+    memory is bounded by the signature, not by what the file claims.
 
 Every problem a user can fix is an `InputError` naming the file (and the
 archive member) and saying what to do. Arrays come back C-contiguous and in
@@ -23,6 +26,7 @@ native byte order, the form the interpreter's kernels assume.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -30,7 +34,7 @@ import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any, BinaryIO
 
 import numpy
@@ -39,6 +43,7 @@ import numpy.typing as npt
 
 from exirc.errors import InputError
 from exirc.serialize.files import write_atomically
+from exirc.serialize.npy_expected import ExpectedArray, ExpectedArrays
 from exirc.serialize.npy_header import (
     MAX_HEADER_SIZE,
     NPY_MAGIC,
@@ -48,7 +53,8 @@ from exirc.serialize.npy_header import (
     read_header,
 )
 
-__all__ = ["MAX_HEADER_SIZE", "MAX_MEMBERS", "load_array", "load_arrays", "save_arrays"]
+__all__ = ["MAX_HEADER_SIZE", "MAX_MEMBERS", "load_array", "load_array_files", "load_arrays",
+           "save_arrays"]
 
 # A program has a handful of inputs; an archive with thousands of members is
 # a mistake or an attack on the time spent walking the zip directory.
@@ -71,8 +77,10 @@ _PATH_HINT = "check the path and that the file is readable"
 # --------------------------------------------------------------------------- public API
 
 
-def load_array(path: str | os.PathLike[str]) -> npt.NDArray[Any]:
-    """Read one .npy file without trusting it.
+def load_array(path: str | os.PathLike[str],
+               expect: ExpectedArray | None = None) -> npt.NDArray[Any]:
+    """Read one .npy file without trusting it (and, given `expect`, only if its
+    header fits it).
 
     Used instead of `numpy.load` because numpy allocates what the header
     asks for before noticing the data is missing, and because we want one
@@ -80,21 +88,30 @@ def load_array(path: str | os.PathLike[str]) -> npt.NDArray[Any]:
     """
     name = os.fspath(path)
     with _open_regular(name) as f:
-        try:
-            header = read_header(f, name, _NPY_HINT)
-            present = os.fstat(f.fileno()).st_size - header.header_size
-            if present != header.nbytes:
-                raise _size_mismatch(name, header, present)
-            # The file has been shown to hold exactly this many bytes, so
-            # allocating them up front costs no more than the file itself.
-            data = _read_into(f, header, name)
-        except OSError as e:
-            raise _read_error(name, e) from e
-    return _to_array(data, header, name, _NPY_HINT)
+        header = _read_file_header(f, name, expect)
+        return _read_file_data(f, header, name)
 
 
-def load_arrays(path: str | os.PathLike[str]) -> dict[str, npt.NDArray[Any]]:
-    """Read a .npz archive of named arrays (`x.npy` -> key `x`) without trusting it.
+def load_array_files(paths: Sequence[str | os.PathLike[str]],
+                     expect: ExpectedArrays) -> list[npt.NDArray[Any]]:
+    """Read one .npy file per input of `expect`, in order, without trusting them:
+    every header is checked (alone, then all together) before any data is read."""
+    expect.check_count(len(paths))
+    with contextlib.ExitStack() as files:
+        opened = []
+        for path, array in zip(paths, expect.arrays):
+            name = os.fspath(path)
+            f = files.enter_context(_open_regular(name))
+            opened.append((name, f, _read_file_header(f, name, array)))
+        expect.check_together({array.name: header
+                               for array, (_, _, header) in zip(expect.arrays, opened)})
+        return [_read_file_data(f, header, name) for name, f, header in opened]
+
+
+def load_arrays(path: str | os.PathLike[str],
+                expect: ExpectedArrays | None = None) -> dict[str, npt.NDArray[Any]]:
+    """Read a .npz archive of named arrays (`x.npy` -> key `x`) without trusting it
+    (and, given `expect`, only if its names and headers fit it).
 
     Keys keep archive order, which is the order they were passed to
     `numpy.savez`, so callers can match them to inputs positionally if they
@@ -122,7 +139,7 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, npt.NDArray[Any]]:
                 what = "is empty" if not lead else f"is not a valid .npz (zip) archive ({e})"
                 raise InputError(f"{name}: {what}", hint=_NPZ_HINT) from e
             with archive:
-                return _load_members(archive, name)
+                return _load_members(archive, name, expect)
         except OSError as e:
             raise _read_error(name, e) from e
 
@@ -165,26 +182,45 @@ def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, npt.NDArray[A
 # --------------------------------------------------------------------------- .npz members
 
 
-def _load_members(archive: zipfile.ZipFile, name: str) -> dict[str, npt.NDArray[Any]]:
+def _load_members(archive: zipfile.ZipFile, name: str,
+                  expect: ExpectedArrays | None) -> dict[str, npt.NDArray[Any]]:
     infos = archive.infolist()
     if len(infos) > MAX_MEMBERS:
         raise InputError(
             f"{name}: archive has {len(infos)} members, more than the {MAX_MEMBERS} allowed",
             hint="a program's inputs fit in a few arrays; split the archive or check the file",
         )
-    arrays: dict[str, npt.NDArray[Any]] = {}
+    keys: list[str] = []
     for info in infos:
         where = f"{name}: member {info.filename!r}"
         if info.is_dir() or not info.filename.endswith(".npy"):
             raise InputError(f"{where} is not a .npy array", hint=_NPZ_HINT)
         key = info.filename[: -len(".npy")]
-        if key in arrays:
+        if key in keys:
             raise InputError(f"{where}: key {key!r} appears twice in the archive", hint=_NPZ_HINT)
-        arrays[key] = _load_member(archive, info, f"{where} (key {key!r})")
-    return arrays
+        keys.append(key)
+    if expect is not None:
+        expect.check_keys(keys, name)  # before decompressing anything
+    with contextlib.ExitStack() as streams:
+        opened = []
+        for key, info in zip(keys, infos):
+            where = f"{name}: member {info.filename!r} (key {key!r})"
+            with _zip_errors(where):
+                stream = streams.enter_context(archive.open(_checked_entry(info, where)))
+                header = _read_member_header(stream, info, where,
+                                             expect.named(key) if expect is not None else None)
+            opened.append((key, where, stream, header))
+        if expect is not None:
+            expect.check_together({key: header for key, _, _, header in opened})
+        arrays = {}
+        for key, where, stream, header in opened:
+            with _zip_errors(where):
+                arrays[key] = _read_member_data(stream, header, where)
+        return arrays
 
 
-def _load_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> npt.NDArray[Any]:
+def _checked_entry(info: zipfile.ZipInfo, where: str) -> zipfile.ZipInfo:
+    """`info`, if it is an entry we read: not encrypted, stored or deflated."""
     if info.flag_bits & 0x1:
         raise InputError(f"{where} is encrypted", hint=_NPZ_HINT)
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
@@ -199,21 +235,40 @@ def _load_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) ->
             f"({info.compress_size} vs {info.file_size} bytes)",
             hint=_NPZ_HINT,
         )
+    return info
+
+
+def _read_member_header(stream: IO[bytes], info: zipfile.ZipInfo, where: str,
+                        expect: ExpectedArray | None) -> Header:
+    """The member's .npy header, checked against `expect` and the zip directory's size."""
+    header = read_header(stream, where, _NPZ_HINT)
+    if expect is not None:
+        expect.check(header, where)  # before inflating a byte of data
+    declared = info.file_size - header.header_size
+    if declared != header.nbytes:
+        raise InputError(
+            f"{where}: zip entry declares {describe_size(max(declared, 0))} of array data, "
+            f"but its .npy header says {header.describe()}",
+            hint=_NPZ_HINT,
+        )
+    return header
+
+
+def _read_member_data(stream: IO[bytes], header: Header, where: str) -> npt.NDArray[Any]:
+    # ZipExtFile never yields more than the entry's declared size (which the
+    # header has confirmed), inflates at most what each read asks for, and
+    # checks the CRC once it reaches the end.
+    data = _read_growing(stream, header, where)
+    if stream.read(1):  # also forces the CRC check at end of entry
+        raise InputError(f"{where}: entry holds more data than declared", hint=_NPZ_HINT)
+    return _to_array(data, header, where, _NPZ_HINT)
+
+
+@contextlib.contextmanager
+def _zip_errors(where: str) -> Iterator[None]:
+    """zipfile's and zlib's many exceptions for a bad entry, as one InputError."""
     try:
-        # ZipExtFile never yields more than info.file_size bytes, and checks
-        # the CRC once it reaches that size.
-        with archive.open(info) as stream:
-            header = read_header(stream, where, _NPZ_HINT)
-            declared = info.file_size - header.header_size
-            if declared != header.nbytes:
-                raise InputError(
-                    f"{where}: zip entry declares {describe_size(max(declared, 0))} of array data, "
-                    f"but its .npy header says {header.describe()}",
-                    hint=_NPZ_HINT,
-                )
-            data = _read_growing(stream, header, where)
-            if stream.read(1):  # also forces the CRC check at end of entry
-                raise InputError(f"{where}: entry holds more data than declared", hint=_NPZ_HINT)
+        yield
     except (
         zipfile.BadZipFile,
         zlib.error,
@@ -223,7 +278,33 @@ def _load_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) ->
         NotImplementedError,  # zipfile's word for zip features it cannot read
     ) as e:
         raise InputError(f"{where}: corrupt or unsupported zip entry ({e})", hint=_NPZ_HINT) from e
-    return _to_array(data, header, where, _NPZ_HINT)
+
+
+# --------------------------------------------------------------------------- .npy files
+
+
+def _read_file_header(f: io.BufferedReader, name: str, expect: ExpectedArray | None) -> Header:
+    """The .npy header of the open file `name`, checked against `expect` and the file's size."""
+    try:
+        header = read_header(f, name, _NPY_HINT)
+        if expect is not None:
+            expect.check(header, name)
+        present = os.fstat(f.fileno()).st_size - header.header_size
+    except OSError as e:
+        raise _read_error(name, e) from e
+    if present != header.nbytes:
+        raise _size_mismatch(name, header, present)
+    return header
+
+
+def _read_file_data(f: io.BufferedReader, header: Header, name: str) -> npt.NDArray[Any]:
+    try:
+        # The file has been shown to hold exactly this many bytes, so
+        # allocating them up front costs no more than the file itself.
+        data = _read_into(f, header, name)
+    except OSError as e:
+        raise _read_error(name, e) from e
+    return _to_array(data, header, name, _NPY_HINT)
 
 
 # --------------------------------------------------------------------------- data
