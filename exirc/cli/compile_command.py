@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -13,6 +14,8 @@ from exirc.cli.plugins import import_plugin
 from exirc.cli.quantization_text import quantization_lines
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
+from exirc.serialize.files import check_output_directory, check_output_path
+from exirc.serialize.mapped_file import refuse_special_file
 from exirc.targets import DEFAULT_TARGET, builtin_targets
 
 EPILOG = """\b
@@ -146,6 +149,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     """Compile MODEL to a .pte program."""
     from exirc.pipelines import load_pipeline
 
+    _check_input_files(model, example_inputs, pipeline_file, verify_inputs,
+                       calibration_inputs, plugins)
     if print_pipeline:
         click.echo(load_pipeline(target, pipeline_file).describe(), nl=False)
         return
@@ -155,6 +160,10 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         raise UsageError("--rtol and --atol apply to --verify and --bundle",
                          hint="add --verify")
     output = output or Path(model.split(":")[0]).with_suffix(".pte")
+    # Before any compile work: a compile that cannot be saved is minutes wasted.
+    check_output_path(output, "program")
+    if dump_dir is not None:
+        check_output_directory(dump_dir, "--dump-dir directory")
     options = CompileOptions(target=target, pipeline=pipeline_file,
                              print_ir_after_all=print_ir_after_all,
                              print_ir_after_change=print_ir_after_change,
@@ -164,8 +173,6 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              rtol=rtol, atol=atol, bundle=bundle, quantize=quantize,
                              calibration_inputs=calibration_inputs,
                              quantize_group_size=group_size)
-    if not output.parent.is_dir() and str(output.parent):
-        raise UsageError(f"cannot write {output}: directory {output.parent} does not exist")
     for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)
         import_plugin(plugin)
     with warnings.catch_warnings():
@@ -214,3 +221,22 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     if result.verification is not None:
         lines.append(f"verified: {result.verification.summary()}")
     click.echo("\n".join(lines), file=sys.stderr)
+
+
+def _check_input_files(model: str, example_inputs: str | None, pipeline_file: Path | None,
+                       verify_inputs: tuple[str, ...], calibration_inputs: tuple[str, ...],
+                       plugins: tuple[str, ...]) -> None:
+    """Refuse a FIFO or a device among the files to read, which would block the
+    compile forever (or read endlessly) in the library that opens it."""
+    refuse_special_file(model.split(":")[0], "model file")
+    if example_inputs is not None:
+        refuse_special_file(example_inputs, "example inputs file")
+    if pipeline_file is not None:
+        refuse_special_file(pipeline_file, "pipeline file")
+    for path in verify_inputs:
+        refuse_special_file(path, "--verify-inputs file")
+    for path in calibration_inputs:
+        refuse_special_file(path, "--calibration-inputs file")
+    for plugin in plugins:
+        if plugin.endswith(".py") or os.sep in plugin:
+            refuse_special_file(plugin, "plugin file")

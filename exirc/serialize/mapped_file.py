@@ -160,6 +160,24 @@ def open_regular(name: str, *, what: str = "file") -> int:
     return fd
 
 
+def refuse_special_file(path: str | os.PathLike[str], what: str) -> None:
+    """Raise UsageError if `path` is a FIFO, a device or a socket.
+
+    For files read by code that opens them blindly (a model, a pipeline):
+    checked before, with a stat, which never blocks. A missing file or a
+    directory is left to that code, which says what it expected.
+    """
+    name = os.fspath(path)
+    try:
+        mode = os.stat(name).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise UsageError(f"{name} is {describe_file_type(mode)}, not a regular {what}",
+                         hint=f"give the path of a {what} on disk (save piped data to a "
+                              "file first)")
+
+
 def describe_file_type(mode: int) -> str:
     """`a directory`, `a FIFO (named pipe)`, ...: what a non-regular file is."""
     kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
