@@ -22,8 +22,11 @@ class ExecutionError(ExircError):
 
 
 class StepLimitError(ExecutionError):
-    """A run took more instructions than its step budget (a loop that does not end)."""
+    """A run used up its budget (a loop that does not end): more steps than its
+    step limit, where an instruction a loop repeats counts by its work, or more
+    wall-clock time in loops than the limit allows (see `exirc.runtime.method`)."""
 
     code = "E0341"
     default_hint = ("if the program really loops this long, raise the limit "
-                    "(`exirc run --max-steps N`, or `load(..., max_steps=N)`)")
+                    "(`exirc run --max-steps N`, or `load(..., max_steps=N)`), which also "
+                    "raises the time allowed for loops")

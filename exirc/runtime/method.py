@@ -4,9 +4,20 @@ Loading prepares the method once: its value table (`values`), its input
 specs (`inputs`), and one step per instruction (`steps`), a closure that
 runs the instruction and returns where to jump, if anywhere. Running is then
 only this: check the inputs, copy them into their planned memory, call each
-chain's steps in order (following jumps, within a step budget), and copy the
+chain's steps in order (following jumps, within a budget), and copy the
 outputs out of the arenas so they survive the next run. One method instance
 runs one call at a time (its arenas are shared state).
+
+The budget bounds a run's work, so that a file that loops forever is stopped
+within seconds (`StepLimitError`). Straight-line code is bounded by its
+length, so only jumps need watching: a chain's instructions are counted once
+as it starts, and each backward jump taken is charged, before it re-runs
+them, the cost of the instructions between its destination and itself, each
+weighted by its work (`exirc.runtime.work`: one step for an instruction over
+small tensors, more for a big convolution). Backward jumps also check a
+wall-clock limit for loops, a safety net for work the estimates miss (a
+delegate's, a slow machine's). The plain loop thus pays per instruction
+only for the call and the test for a jump.
 
 `run(observer=...)` calls `observer(chain, index)` after each instruction
 runs, so a debugger (`exirc compile --verify` localizing a mismatch) can read
@@ -16,6 +27,7 @@ Observed runs take a separate, slower loop; the plain loop is unchanged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +42,7 @@ from exirc.runtime.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.steps import Site, Step, prepare, site_of
 from exirc.runtime.values import Values, value_table, written_values
+from exirc.runtime.work import UNITS_PER_STEP, chain_costs, prefix_sums
 from exirc.serialize import program as P
 from exirc.serialize.symbolic_shapes import MethodShapes
 
@@ -40,8 +53,28 @@ Observer = Callable[[int, int], None]
 """`observer(chain, index)`: called after instruction `index` of `chain` has run."""
 
 DEFAULT_MAX_STEPS = 1_000_000
-"""Instructions one run may execute: room for loops over thousands of items,
-and at most seconds of a loop that never ends."""
+"""Steps one run may take: each instruction once, plus, for each time a loop
+repeats an instruction, its cost (1 over small tensors, more over large
+ones; `exirc.runtime.work`). Room for loops over many thousands of items, and
+about two seconds of a loop that never ends."""
+
+SECONDS_PER_STEP = 2.5e-6
+"""The wall-clock time allowed for loops grows with the step limit, by this
+much per step (2.5 s for the default limit): raising `max_steps` raises both."""
+
+MIN_LOOP_SECONDS = 1.0
+"""The least wall-clock time allowed for loops, however low the step limit,
+so that a small limit fails on steps, predictably, rather than on a slow
+moment of the machine."""
+
+Allowance = tuple[int, float | None]
+"""What a run has left as it moves from chain to chain: its steps, and the
+time its loops must end by (None until the first backward jump)."""
+
+
+def loop_seconds(max_steps: int) -> float:
+    """The wall-clock time allowed for a run's loops under a step limit of `max_steps`."""
+    return max(MIN_LOOP_SECONDS, max_steps * SECONDS_PER_STEP)
 
 
 class Method:
@@ -50,10 +83,15 @@ class Method:
     def __init__(self, program: P.Program, plan: P.ExecutionPlan, where: str,
                  kernels: Mapping[int, Kernel], backends: Sequence[tuple[Any, Any]],
                  max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None,
-                 shared_arenas: dict[int, memory.Arena] | None = None) -> None:
+                 shared_arenas: dict[int, memory.Arena] | None = None, *,
+                 max_seconds: float | None = None) -> None:
+        """`max_steps` bounds a run's work (see `DEFAULT_MAX_STEPS`); `max_seconds`
+        the wall-clock time from its first backward jump, by default
+        `loop_seconds(max_steps)`."""
         self.name = plan.name
         self.shapes = shapes
         self.max_steps = max_steps
+        self.max_seconds = loop_seconds(max_steps) if max_seconds is None else max_seconds
         self._arenas = memory.allocate_arenas(plan, shared_arenas)
         # (where in an arena, initial bytes) of each tensor that is program state
         self._initial_state: list[tuple[Any, memoryview]] = []
@@ -71,6 +109,12 @@ class Method:
         self.output_values = list(plan.outputs)
         self._chains: list[list[Step]] = []
         self._sites: list[list[Site]] = []
+        # Per chain, prefix sums of the instructions' costs (what a backward jump
+        # charges) and of their costs beyond one step (what the careful loop adds
+        # to its per-instruction count).
+        self._costs: list[list[int]] = []
+        self._extras: list[list[int]] = []
+        handles = [handle for _, handle in backends]
         for c, chain in enumerate(plan.chains):
             steps, sites = [], []
             for i, instr in enumerate(chain.instructions):
@@ -80,6 +124,9 @@ class Method:
                 sites.append(site)
             self._chains.append(steps)
             self._sites.append(sites)
+            costs = chain_costs(plan, chain, kernels, handles, written)
+            self._costs.append(prefix_sums(costs))
+            self._extras.append(prefix_sums([cost - 1 for cost in costs]))
         self._profiled: tuple[Profile, list[list[Step]]] | None = None
 
     @property
@@ -110,25 +157,38 @@ class Method:
             raise ExecutionError(f"cannot copy the inputs of method {self.name!r} into its "
                                  f"planned memory: {type(error).__name__}: {error}") from error
         chains = self._chains if profile is None else self._profiled_chains(profile)
-        budget = self.max_steps
+        allowance: Allowance = (self.max_steps, None)
         for c, steps in enumerate(chains):
-            if observer is None:
-                budget = self._execute(c, steps, budget)
+            if observer is None and allowance[0] >= len(steps):
+                allowance = self._execute(c, steps, allowance)
             else:
-                budget = self._execute_observed(c, steps, budget, observer)
+                allowance = self._execute_careful(c, steps, allowance, observer)
         return [_copy_out(self._env[index]) for index in self.output_values]
 
-    def _execute(self, chain: int, steps: list[Step], budget: int) -> int:
-        """The interpreter: run one chain's steps, following jumps, within `budget` steps."""
-        pc = 0
+    def _execute(self, chain: int, steps: list[Step], allowance: Allowance) -> Allowance:
+        """The interpreter: run one chain's steps, following jumps, within `allowance`.
+
+        The chain's length is charged up front (the caller checked it fits), so
+        straight-line code runs unwatched; a backward jump is charged the cost
+        of the instructions it is about to re-run, and checks the clock."""
+        budget, deadline = allowance
         end = len(steps)
+        budget -= end
+        costs = self._costs[chain]
+        pc = 0
         try:
             while pc < end:
                 jump = steps[pc]()
-                pc = pc + 1 if jump is None else jump
-                budget -= 1
-                if budget < 0:
-                    raise self._step_limit(chain, pc)
+                if jump is None:
+                    pc += 1
+                elif jump > pc:
+                    pc = jump
+                else:  # a loop: instructions jump to pc run again
+                    budget -= costs[pc + 1] - costs[jump]
+                    if budget < 0:
+                        raise self._work_limit(chain, jump, pc)
+                    deadline = self._check_clock(chain, jump, deadline)
+                    pc = jump
         except ExircError as error:
             located = self._located(chain, pc, error)
             if located is error:
@@ -136,13 +196,17 @@ class Method:
             raise located from error
         except Exception as error:  # noqa: BLE001 (any kernel's failure, named and re-raised)
             raise self._failure(chain, pc, error) from error
-        return budget
+        return budget, deadline
 
-    def _execute_observed(self, chain: int, steps: list[Step], budget: int,
-                          observer: Observer) -> int:
-        """`_execute`, calling `observer` after each step. A separate loop, so the
-        plain one pays nothing for it; the observer's own errors are not blamed
-        on the instruction."""
+    def _execute_careful(self, chain: int, steps: list[Step], allowance: Allowance,
+                         observer: Observer | None) -> Allowance:
+        """`_execute`, counting each instruction as it runs, and calling `observer`
+        (if any) after each step: for observed runs, and for a chain longer than
+        the steps left, so that the limit names the instruction where they ran
+        out. A separate loop, so the plain one pays nothing for it; the
+        observer's own errors are not blamed on the instruction."""
+        budget, deadline = allowance
+        extras = self._extras[chain]
         pc = 0
         end = len(steps)
         while pc < end:
@@ -160,8 +224,26 @@ class Method:
             budget -= 1
             if budget < 0:
                 raise self._step_limit(chain, pc)
-            observer(chain, at)
-        return budget
+            if jump is not None and jump <= at:
+                # The re-run instructions' work beyond the one step each is
+                # counted for as it runs.
+                budget -= extras[at + 1] - extras[jump]
+                if budget < 0:
+                    raise self._work_limit(chain, jump, at)
+                deadline = self._check_clock(chain, jump, deadline)
+            if observer is not None:
+                observer(chain, at)
+        return budget, deadline
+
+    def _check_clock(self, chain: int, pc: int, deadline: float | None) -> float:
+        """The time loops must end by, set at the first backward jump; past it,
+        the run is stopped before it runs instruction `pc` again."""
+        now = time.monotonic()
+        if deadline is None:
+            return now + self.max_seconds
+        if now > deadline:
+            raise self._time_limit(chain, pc)
+        return deadline
 
     def _feed(self, inputs: list[Any]) -> None:
         """Put checked inputs where the program reads them."""
@@ -201,6 +283,26 @@ class Method:
             f"method {self.name!r} did not finish within {self.max_steps} instructions "
             f"(the step limit); it was about to run instruction {pc} of chain {chain}: "
             "a loop that does not end?")
+
+    def _work_limit(self, chain: int, start: int, stop: int) -> StepLimitError:
+        """The step limit, reached by a backward jump from `stop` to `start`: in
+        instructions if they are all cheap, else in steps, saying what a pass costs."""
+        span = stop + 1 - start
+        cost = self._costs[chain][stop + 1] - self._costs[chain][start]
+        if cost == span:
+            return self._step_limit(chain, start)
+        return StepLimitError(
+            f"method {self.name!r} did not finish within {self.max_steps} steps (the step "
+            f"limit, in which an instruction that a loop repeats counts one step per "
+            f"{UNITS_PER_STEP} element operations it does); it was about to run instructions "
+            f"{start} to {stop} of chain {chain} again, {span} instructions costing {cost} "
+            "steps: a loop that does not end?")
+
+    def _time_limit(self, chain: int, pc: int) -> StepLimitError:
+        return StepLimitError(
+            f"method {self.name!r} did not finish within {self.max_seconds:g} s of loops "
+            f"(the time limit that comes with a step limit of {self.max_steps}); it was "
+            f"about to run instruction {pc} of chain {chain} again: a loop that does not end?")
 
     def _where(self, site: Site) -> str:
         chain = f"chain {site.chain}, " if len(self._chains) > 1 else ""
