@@ -175,6 +175,7 @@ class Method:
         end = len(steps)
         budget -= end
         costs = self._costs[chain]
+        clock = time.monotonic
         pc = 0
         try:
             while pc < end:
@@ -187,7 +188,11 @@ class Method:
                     budget -= costs[pc + 1] - costs[jump]
                     if budget < 0:
                         raise self._work_limit(chain, jump, pc)
-                    deadline = self._check_clock(chain, jump, deadline)
+                    # The clock, inline: this runs once per loop iteration.
+                    if deadline is None:
+                        deadline = clock() + self.max_seconds
+                    elif clock() > deadline:
+                        raise self._time_limit(chain, jump)
                     pc = jump
         except ExircError as error:
             located = self._located(chain, pc, error)
