@@ -36,7 +36,6 @@ _DIM_HINTS = {
     "relation": "inputs sharing a symbol must have related sizes, as when the program "
                 "was exported",
 }
-_FROM_HEADERS = "(refused from the .npy headers, before any data was read)"
 
 
 @dataclass(frozen=True)
@@ -58,29 +57,29 @@ class ExpectedArray:
 
     def check(self, header: Header, where: str) -> None:
         """Raise InputError unless the array `header` describes fits this input
-        (its symbolic dims apart)."""
-        found = f"{where} holds it; it was refused from its .npy header, before any data was read"
+        (its symbolic dims apart). `where` (the file, or archive member) is
+        not in the messages: they are the runtime's, word for word, and name
+        the input, which is the member's key."""
         got = list(header.shape)
         if self.dtype is not None and header.dtype.newbyteorder("=") != self.dtype:
             raise InputError(f"{self.name} has dtype {header.dtype.name}, expected "
                              f"{self.dtype.name} ({self.signature})",
-                             hint=f"{found}; convert it, e.g. "
-                                  f"array.astype(numpy.{self.dtype.name})")
+                             hint=f"convert it, e.g. array.astype(numpy.{self.dtype.name})")
         if self.kinds is not None and header.dtype.kind not in self.kinds:
             raise InputError(f"{self.name} must be a single {self.signature}, got an array of "
-                             f"{header.dtype.name}", hint=found)
+                             f"{header.dtype.name} from {where}")
         if len(header.shape) != len(self.shape):
             raise InputError(f"{self.name} has rank {len(got)} (shape {got}), expected rank "
-                             f"{len(self.shape)} ({self.signature})", hint=found)
+                             f"{len(self.shape)} ({self.signature})")
         if self.symbol_dims is not None:
             return  # checked with the symbols, whose message names them
         for dim, (size, bound) in enumerate(zip(header.shape, self.shape)):
             if self.at_most and size > bound:
                 raise InputError(f"{self.name} has shape {got}, but dim {dim} may be at most "
-                                 f"{bound} ({self.signature})", hint=found)
+                                 f"{bound} ({self.signature})")
             if not self.at_most and size != bound:
                 raise InputError(f"{self.name} has shape {got}, expected {list(self.shape)} "
-                                 f"({self.signature})", hint=found)
+                                 f"({self.signature})")
 
 
 @dataclass(frozen=True)
@@ -125,13 +124,12 @@ class ExpectedArrays:
             if len(problems) > _MAX_PROBLEMS:
                 shown.append(f"and {len(problems) - _MAX_PROBLEMS} more")
             raise InputError(f"{'; '.join(shown)} ({self.owner}: {self.signature()})",
-                             hint=f"{_DIM_HINTS[problems[0].kind]} {_FROM_HEADERS}")
+                             hint=_DIM_HINTS[problems[0].kind])
         for array, header in symbolic:
             for dim, (size, bound) in enumerate(zip(header.shape, array.shape)):
                 if size > bound:  # the planned memory, whatever the symbols allow
                     raise InputError(f"{array.name} has shape {list(header.shape)}, but dim "
-                                     f"{dim} may be at most {bound} ({array.signature})",
-                                     hint=_FROM_HEADERS)
+                                     f"{dim} may be at most {bound} ({array.signature})")
 
     def signature(self) -> str:
         """`input_0: f32[2, 8], input_1: int`, as the runtime writes it."""

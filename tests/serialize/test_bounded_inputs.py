@@ -84,7 +84,6 @@ def test_a_npy_that_does_not_fit_is_refused_from_its_header(tmp_path: Path,
     with pytest.raises(InputError) as raised:
         load_array(path, X)
     assert raised.value.message.startswith(words)
-    assert f"{path} holds it; it was refused from its .npy header" in (raised.value.hint or "")
 
 
 def test_a_big_endian_array_of_the_right_dtype_is_read(tmp_path: Path) -> None:
@@ -106,7 +105,8 @@ def test_dynamic_dims_are_upper_bounds_and_scalars_take_their_kinds(tmp_path: Pa
     numpy.save(path, numpy.int64(7))
     assert load_array(path, integer) == 7
     numpy.save(path, numpy.float64(7))
-    with pytest.raises(InputError, match="input_1 must be a single int, got an array of float64"):
+    with pytest.raises(InputError, match="input_1 must be a single int, got an array of "
+                                         f"float64 from {path}"):
         load_array(path, integer)
 
 
@@ -196,7 +196,8 @@ def test_related_dims_are_checked_across_files_before_their_data(tmp_path: Path)
     assert raised.value.message == (
         "input_1 dim 0 is 5, but must be s0 = 3 (bound by input_0 dim 0) "
         "(method 'forward': input_0: f32[s0<=16, 4], input_1: f32[s0<=16, 4])")
-    assert "before any data was read" in (raised.value.hint or "")
+    assert raised.value.hint == ("inputs sharing a symbol must have related sizes, as when "
+                                 "the program was exported")
     second.write_bytes(_header((3, 4)) + bytes(48))
     assert [a.shape for a in load_array_files([first, second], ROWS)] == [(3, 4), (3, 4)]
 
@@ -240,6 +241,5 @@ def test_exirc_run_refuses_a_zip_bomb_without_inflating_it(tmp_path: Path) -> No
     assert returncode == 0
     err, returncode, peak = _peak_run("run", str(program), "-i", str(bomb))
     assert err[0] == "error[E0201]: input_0 has shape [16384, 4096], expected [2, 3] (f32[2, 3])"
-    assert err[1].startswith(f"  hint: {bomb}: member 'input_0.npy' (key 'input_0') holds it")
     assert returncode == 2
     assert (peak - baseline) * 1024 < inflated // 8  # torch's noise, not the 256 MiB
