@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
+import warnings
 
 import click
 
@@ -21,7 +22,7 @@ from exirc.cli.inspect_command import inspect_command
 from exirc.cli.passes_command import passes_command
 from exirc.cli.run_command import run_command
 from exirc.cli.style import styler
-from exirc.errors import ExircError, InternalError
+from exirc.errors import ExircError, InternalError, ResourceError
 
 EPILOG = """\b
 Examples:
@@ -89,6 +90,10 @@ def normalize_arguments(args: list[str]) -> tuple[list[str], bool]:
     return head + args[end:], debug
 
 
+def _subcommand(args: list[str]) -> str:
+    return next((a for a in args if not a.startswith("-")), "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit code (never raises)."""
     args, debug = normalize_arguments(list(sys.argv[1:] if argv is None else argv))
@@ -102,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in noisy:
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        result = cli.main(args=args, prog_name="exirc", standalone_mode=False)
+        with warnings.catch_warnings():
+            if not debug and not any(a in ("-v", "--verbose") for a in args):
+                # torch's and numpy's warnings (a deprecation, a buffer that is
+                # not writable) around a one-line error only bury it; exirc
+                # tells users things through its own messages, not warnings.
+                warnings.simplefilter("ignore")
+            result = cli.main(args=args, prog_name="exirc", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except click.exceptions.Exit as done:
         return done.exit_code
@@ -117,6 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except BrokenPipeError:
         return 0  # `exirc inspect x.pte | head` is not an error
+    except MemoryError as error:
+        # Commands say what they were doing when they can (a ResourceError);
+        # this is for the rest, which is never a bug report.
+        resource = ResourceError(f"out of memory while running `exirc {_subcommand(args)}`",
+                                 hint="free memory, or give it smaller inputs or a smaller "
+                                      "model; --debug shows where it happened")
+        resource.__traceback__ = error.__traceback__
+        report_error(resource, debug)
+        return resource.exit_code
     except Exception as error:  # noqa: BLE001  (the last line of defence)
         internal = InternalError(f"{type(error).__name__}: {error}")
         internal.__traceback__ = error.__traceback__

@@ -7,21 +7,27 @@ of the CLI stays fast.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from exirc.cli.plugins import import_plugin
-from exirc.errors import InputError, UsageError, VerificationError
+from exirc.errors import ResourceError, UsageError, VerificationError
+from exirc.serialize.files import check_output_path
+from exirc.serialize.mapped_file import refuse_special_file
 
 if TYPE_CHECKING:
     import numpy
+    import torch
 
     from exirc.runtime.inputs import InputSpec
     from exirc.runtime.loader import LoadedProgram
     from exirc.runtime.method import Method
+    from exirc.serialize.npy_expected import ExpectedArray
 
 EPILOG = """\b
 Examples:
@@ -86,7 +92,11 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
         raise UsageError("give --inputs or --random, not both")
     if seed is not None and not random_inputs:
         raise UsageError("--seed only applies to --random")
+    if output:
+        check_output_path(output, "outputs file")  # before a run that may take minutes
     for plugin in plugins:
+        if plugin.endswith(".py") or os.sep in plugin:
+            refuse_special_file(plugin, "plugin file")
         import_plugin(plugin)
     if plugins:
         from exirc.compiler import install_backend_kernels
@@ -97,25 +107,30 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
     from exirc.runtime.method import DEFAULT_MAX_STEPS
     from exirc.runtime.profile import latency_stats
 
-    program = load(path, max_memory=_parse_size(max_memory) if max_memory else None,
-                   max_steps=max_steps or DEFAULT_MAX_STEPS)
+    with _out_of_memory(f"loading the program {path}"):
+        program = load(path, max_memory=_parse_size(max_memory) if max_memory else None,
+                       max_steps=max_steps or DEFAULT_MAX_STEPS)
     if check:
-        _check_bundled(program, method_name)
+        with _out_of_memory("running the bundled test cases"):
+            _check_bundled(program, method_name)
         return
     method = program.method(_method_name(program, method_name))
     inputs: Sequence[Any] | dict[str, Any]
     if random_inputs:
-        inputs = _random_inputs(method.inputs, 0 if seed is None else seed)
+        with _out_of_memory("making random inputs"):
+            inputs = _random_inputs(method.inputs, 0 if seed is None else seed)
     else:
-        inputs = _read_inputs(method, input_paths)
+        with _out_of_memory("reading the inputs"):
+            inputs = _read_inputs(method, input_paths)
 
     profile = Profile() if profile_ops else None
     times = []
     outputs: list[Any] = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        outputs = method.run(inputs, profile=profile)
-        times.append(time.perf_counter() - start)
+    with _out_of_memory(f"running method {method.name!r}"):
+        for _ in range(repeat):
+            start = time.perf_counter()
+            outputs = method.run(inputs, profile=profile)
+            times.append(time.perf_counter() - start)
 
     click.echo(_summary(method, outputs))
     if repeat > 1:
@@ -126,11 +141,20 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
     if profile is not None:
         click.echo(_profile_table(profile.rows(), repeat))
     if output:
-        from exirc.serialize.npy import save_arrays
+        with _out_of_memory(f"writing the outputs to {output}"):
+            _write_outputs(output, outputs)
 
-        save_arrays(output, {f"output_{i}": _to_numpy(value) for i, value in enumerate(outputs)})
-        click.echo(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {output}",
-                   err=True)
+
+@contextlib.contextmanager
+def _out_of_memory(doing: str) -> Iterator[None]:
+    """Report running out of memory as what it is, saying what was being done."""
+    try:
+        yield
+    except MemoryError:
+        raise ResourceError(f"out of memory while {doing}",
+                            hint="free memory, or give the program smaller inputs; "
+                                 "--max-memory refuses programs that plan more than a limit"
+                            ) from None
 
 
 def _check_bundled(program: LoadedProgram, method_name: str | None) -> None:
@@ -183,7 +207,7 @@ def _parse_size(text: str) -> int:
 
 
 def _read_inputs(method: Method, paths: tuple[str, ...]) -> Sequence[Any] | dict[str, Any]:
-    from exirc.serialize.npy import load_array, load_arrays
+    from exirc.serialize.npy import load_array_files, load_arrays
 
     specs = method.inputs
     if not paths:
@@ -192,20 +216,41 @@ def _read_inputs(method: Method, paths: tuple[str, ...]) -> Sequence[Any] | dict
                              f"{'s' if len(specs) > 1 else ''} ({method.signature()})",
                              hint="give them with --inputs FILE, or use --random")
         return []
+    from exirc.serialize.npy_expected import ExpectedArrays
+
+    # Every header is checked against the signature before any data is read
+    # (or decompressed): a wrong input costs a few hundred bytes, whatever it claims.
+    expected = ExpectedArrays(f"method {method.name!r}",
+                              [_expected_array(spec) for spec in specs],
+                              method.shapes.symbols if method.shapes is not None else {})
     if len(paths) == 1 and paths[0].endswith(".npz"):
-        arrays = load_arrays(paths[0])
-        expected = [spec.name for spec in specs]
-        if sorted(arrays) != sorted(expected):
-            raise InputError(
-                f"{paths[0]} has the keys {', '.join(arrays) or 'none'}, but method "
-                f"{method.name!r} takes {', '.join(expected) or 'no inputs'}",
-                hint="save one array per input: numpy.savez(path, "
-                     + ", ".join(f"{name}=..." for name in expected) + ")")
-        return arrays
+        return load_arrays(paths[0], expected)
     npz = [path for path in paths if path.endswith(".npz")]
     if npz:
         raise UsageError(f"{npz[0]}: a .npz holds all the inputs; give it as the only --inputs")
-    return [load_array(path) for path in paths]
+    return load_array_files(paths, expected)
+
+
+def _expected_array(spec: InputSpec) -> ExpectedArray:
+    """What the file of input `spec` must hold, as its .npy header will say it."""
+    from exirc.serialize.npy_expected import ExpectedArray
+
+    signature = spec.describe()
+    if spec.kind != "tensor" or spec.dtype is None:
+        kinds = {"int": "iu", "float": "iuf", "bool": "b"}.get(spec.kind, "")
+        return ExpectedArray(spec.name, signature, (), kinds=kinds)
+    return ExpectedArray(spec.name, signature, spec.shape, at_most=spec.dynamic,
+                         dtype=_numpy_dtype(spec.dtype), symbol_dims=spec.symbol_dims)
+
+
+def _numpy_dtype(dtype: torch.dtype) -> numpy.dtype[Any] | None:
+    """numpy's equal of `dtype`; None for those numpy lacks (bfloat16, float8, bits16)."""
+    import torch
+
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return None
 
 
 def _random_inputs(specs: Sequence[InputSpec], seed: int) -> list[Any]:
@@ -236,9 +281,22 @@ def _random_inputs(specs: Sequence[InputSpec], seed: int) -> list[Any]:
             floats = rng.standard_normal(spec.shape, dtype=numpy.float32)
             values.append(torch.from_numpy(floats).to(spec.dtype))
         else:
-            integers = rng.integers(0, 2, size=spec.shape)
-            values.append(torch.from_numpy(integers).to(spec.dtype))
+            assert spec.dtype is not None  # a tensor spec always has one
+            integers = torch.from_numpy(rng.integers(0, 2, size=spec.shape))
+            values.append(_as_dtype(integers, spec.dtype))
     return values
+
+
+def _as_dtype(integers: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`integers` converted to `dtype`, or, for element types torch cannot convert
+    to (bits16), the same small values as unsigned integers of its width, reinterpreted."""
+    import torch
+
+    try:
+        return integers.to(dtype)
+    except (NotImplementedError, RuntimeError):
+        unsigned = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
+        return integers.to(unsigned[dtype.itemsize]).view(dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -266,7 +324,10 @@ def _describe(name: str, value: Any) -> list[str]:
     head = f"  {name}: {dtype}[{', '.join(map(str, value.shape))}]"
     if value.numel() == 0:
         return [head + "  (empty)"]
-    numbers = value.detach().reshape(-1).to(torch.float64)
+    try:
+        numbers = value.detach().reshape(-1).to(torch.float64)
+    except (NotImplementedError, RuntimeError):  # opaque element types (bits16)
+        return [head + "  (raw bits: values not shown)"]
     if not value.dtype.is_floating_point:
         stats = (f"  min {_num(numbers.min().item())}  max {_num(numbers.max().item())}"
                  f"  mean {numbers.mean().item():.4g}")
@@ -282,7 +343,23 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:.4g}"
 
 
-def _to_numpy(value: Any) -> numpy.ndarray[Any, Any]:
+def _write_outputs(path: str, outputs: list[Any]) -> None:
+    """Save the outputs that are arrays or numbers as `output_N` in a .npz; say
+    which others (None, a string) have no place in one."""
+    from exirc.serialize.npy import save_arrays
+
+    arrays = {f"output_{i}": _to_numpy(value) for i, value in enumerate(outputs)}
+    saved = {name: array for name, array in arrays.items() if array is not None}
+    save_arrays(path, saved)
+    left_out = [f"{name} ({'None' if outputs[i] is None else type(outputs[i]).__name__})"
+                for i, (name, array) in enumerate(arrays.items()) if array is None]
+    note = f" (not an array, so not written: {', '.join(left_out)})" if left_out else ""
+    click.echo(f"wrote {len(saved)} output{'s' if len(saved) != 1 else ''} to {path}{note}",
+               err=True)
+
+
+def _to_numpy(value: Any) -> numpy.ndarray[Any, Any] | None:
+    """The array a .npz can hold for `value`, or None if there is none."""
     import numpy
     import torch
 
@@ -291,8 +368,12 @@ def _to_numpy(value: Any) -> numpy.ndarray[Any, Any]:
         if tensor.dtype in (torch.bfloat16, torch.float8_e5m2, torch.float8_e4m3fn,
                             torch.float8_e5m2fnuz, torch.float8_e4m3fnuz):
             tensor = tensor.to(torch.float32)  # numpy has no such dtype
+        elif tensor.dtype == torch.bits16:
+            tensor = tensor.view(torch.uint16)  # raw bits: numpy has no opaque type
         return tensor.numpy()
-    return numpy.asarray(value)
+    if isinstance(value, (bool, int, float)):
+        return numpy.asarray(value)
+    return None
 
 
 def _profile_table(rows: list[dict[str, Any]], runs: int) -> str:
