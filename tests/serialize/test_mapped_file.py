@@ -28,7 +28,7 @@ def _file(tmp_path: Path, size: int, name: str = "program.bin") -> Path:
 
 
 def test_small_files_are_copied_and_survive_truncation(tmp_path: Path) -> None:
-    path = _file(tmp_path, 64 << 10)
+    path = _file(tmp_path, COPY_BELOW - 1)
     original = path.read_bytes()
     mapped = open_mapped(path, copy_on_write=True)
     assert mapped.copied
@@ -117,7 +117,7 @@ def test_truncation_between_runs_is_an_error_in_a_real_process(tmp_path: Path) -
                 continue
             print("ran:", sum(mapped.view[-4096:]))  # touches the pages past 4096
     """
-    small = _file(tmp_path, 1 << 20, "small.bin")
+    small = _file(tmp_path, COPY_BELOW - 4096, "small.bin")
     large = _file(tmp_path, COPY_BELOW + (1 << 20), "large.bin")
     done = _run_child(code, str(small), str(large))
     assert done.returncode == 0, done.stderr
