@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import os
 import stat
 import struct
@@ -43,6 +42,7 @@ import numpy.typing as npt
 
 from exirc.errors import InputError
 from exirc.serialize.files import write_atomically
+from exirc.serialize.npy_data import read_growing, read_into, to_array, truncated
 from exirc.serialize.npy_expected import ExpectedArray, ExpectedArrays
 from exirc.serialize.npy_header import (
     MAX_HEADER_SIZE,
@@ -59,10 +59,6 @@ __all__ = ["MAX_HEADER_SIZE", "MAX_MEMBERS", "load_array", "load_array_files", "
 # A program has a handful of inputs; an archive with thousands of members is
 # a mistake or an attack on the time spent walking the zip directory.
 MAX_MEMBERS = 1024
-
-# Reads go through chunks of this size so that, in a .npz, memory grows only
-# as fast as real decompressed data arrives, never by what a header claims.
-_CHUNK = 1 << 20
 
 _NPY_HINT = (
     "write the array with numpy.save(path, array), using a bool, integer or floating-point array"
@@ -258,10 +254,10 @@ def _read_member_data(stream: IO[bytes], header: Header, where: str) -> npt.NDAr
     # ZipExtFile never yields more than the entry's declared size (which the
     # header has confirmed), inflates at most what each read asks for, and
     # checks the CRC once it reaches the end.
-    data = _read_growing(stream, header, where)
+    data = read_growing(stream, header, where, _NPZ_HINT)
     if stream.read(1):  # also forces the CRC check at end of entry
         raise InputError(f"{where}: entry holds more data than declared", hint=_NPZ_HINT)
-    return _to_array(data, header, where, _NPZ_HINT)
+    return to_array(data, header, where, _NPZ_HINT)
 
 
 @contextlib.contextmanager
@@ -301,53 +297,10 @@ def _read_file_data(f: io.BufferedReader, header: Header, name: str) -> npt.NDAr
     try:
         # The file has been shown to hold exactly this many bytes, so
         # allocating them up front costs no more than the file itself.
-        data = _read_into(f, header, name)
+        data = read_into(f, header, name, _NPY_HINT)
     except OSError as e:
         raise _read_error(name, e) from e
-    return _to_array(data, header, name, _NPY_HINT)
-
-
-# --------------------------------------------------------------------------- data
-
-
-def _to_array(data: bytearray, header: Header, where: str, hint: str) -> npt.NDArray[Any]:
-    """Give the interpreter the one layout its kernels assume: C order, native endian."""
-    try:
-        flat = numpy.frombuffer(data, dtype=header.dtype, count=math.prod(header.shape))
-        array = flat.reshape(header.shape, order="F" if header.fortran_order else "C")
-    except (ValueError, OverflowError) as e:
-        # The byte count matched, yet numpy cannot represent the shape: too
-        # many dimensions, or an empty array such as (0, 2**62, 2**62).
-        raise InputError(
-            f"{where}: shape {header.shape} in the .npy header cannot be built ({e})", hint=hint
-        ) from e
-    # Not numpy.ascontiguousarray: it turns a 0-d array into shape (1,).
-    # No copy when the data is already C-ordered and native.
-    return numpy.asarray(array, dtype=header.dtype.newbyteorder("="), order="C")
-
-
-def _read_into(stream: io.BufferedIOBase, header: Header, where: str) -> bytearray:
-    """Read data whose size the file has already been shown to hold."""
-    data = bytearray(header.nbytes)
-    view = memoryview(data)
-    done = 0
-    while done < header.nbytes:
-        count = stream.readinto(view[done : done + _CHUNK])
-        if not count:  # the file shrank since we measured it
-            raise _truncated(where, header, done, _NPY_HINT)
-        done += count
-    return data
-
-
-def _read_growing(stream: IO[bytes], header: Header, where: str) -> bytearray:
-    """Read data whose size is only claimed, so memory tracks what actually arrives."""
-    data = bytearray()
-    while len(data) < header.nbytes:
-        part = stream.read(min(_CHUNK, header.nbytes - len(data)))
-        if not part:
-            raise _truncated(where, header, len(data), _NPZ_HINT)
-        data += part
-    return data
+    return to_array(data, header, name, _NPY_HINT)
 
 
 # --------------------------------------------------------------------------- files and errors
@@ -393,19 +346,9 @@ def _read_error(name: str, e: OSError) -> InputError:
 
 def _size_mismatch(where: str, header: Header, present: int) -> InputError:
     if present < header.nbytes:
-        return _truncated(where, header, present, _NPY_HINT)
+        return truncated(where, header, present, _NPY_HINT)
     return InputError(
         f"{where}: {describe_size(present - header.nbytes)} of unexpected data after the array "
         f"(the header's {header.describe()}; the file holds {describe_size(present)})",
         hint=_NPY_HINT,
     )
-
-
-def _truncated(where: str, header: Header, present: int, hint: str) -> InputError:
-    return InputError(
-        f"{where}: truncated: the header's {header.describe()}, "
-        f"but only {describe_size(present)} of data follow",
-        hint="the file is incomplete or the header is wrong; " + hint,
-    )
-
-
