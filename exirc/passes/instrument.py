@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from exirc.passes.dump_index import index_html, index_text
 from exirc.passes.record import PassRecord
+from exirc.serialize.files import write_error
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -79,18 +80,25 @@ class Instrumentation:
             self._dump(record, f"{header}\n{text}", diff, self.dump_dir)
 
     def _dump(self, record: PassRecord, text: str, diff: str, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", record.name)
         stem = f"{record.method}.{len(self.records):02d}.{record.stage}.{safe}"
         record.dump_file = f"{stem}.txt"
-        (directory / record.dump_file).write_text(text)
+        files = {record.dump_file: text}
         if diff:
             record.diff_file = f"{stem}.diff"
-            (directory / record.diff_file).write_text(diff + "\n")
+            files[record.diff_file] = diff + "\n"
         # Rewritten after every pass, so a compile that fails part way still
         # leaves an index of the passes that ran.
-        (directory / "index.txt").write_text(index_text(self.records))
-        (directory / "index.html").write_text(index_html(self.records))
+        files["index.txt"] = index_text(self.records)
+        files["index.html"] = index_html(self.records)
+        target = directory
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for name, content in files.items():
+                target = directory / name
+                target.write_text(content)
+        except OSError as error:  # a full disk is the user's to fix, not a bug of ours
+            raise write_error(str(target), error) from None
 
     def timing_table(self) -> str:
         total = sum(r.seconds for r in self.records) or 1e-9
