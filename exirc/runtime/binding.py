@@ -22,7 +22,7 @@ import torch
 from exirc.errors import FormatError
 from exirc.runtime import list_lengths
 from exirc.runtime.arenas import TORCH_DTYPES, alias
-from exirc.runtime.argument_kinds import LIST_CATEGORIES, category, result_slots
+from exirc.runtime.argument_kinds import LIST_CATEGORIES, Signature, category
 from exirc.runtime.errors import ExecutionError
 from exirc.runtime.kernels import Kernel, copy_into, is_dispatcher_call
 from exirc.runtime.values import Values
@@ -37,7 +37,7 @@ _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channel
 def bind(kernel: Kernel, args: Sequence[int], values: Values, where: str) -> Call:
     """The KernelCall `kernel(args)` as a closure that runs it with no lookups.
 
-    Its values must have passed `argument_kinds.check_call`."""
+    Its values must have passed `argument_kinds.check_calls`."""
     schema = kernel.schema
     count = len(schema.arguments)
     fn = kernel.fn
@@ -195,7 +195,7 @@ def _result_writer(kernel: Kernel, slots: Sequence[int], values: Values,
     tensors into the slot's tensor (a returned alias, like a view, makes the
     slot share its memory; a new tensor is copied into the slot's planned bytes).
     """
-    targets = result_slots(kernel, slots, values.evalues, where)
+    targets = Signature(kernel).result_slots(slots, values.evalues, lambda: where)
     if not targets:
         return None
     returns = kernel.schema.returns
