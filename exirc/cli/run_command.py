@@ -69,7 +69,12 @@ _SUMMARY_VALUES = 6
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
               help="Import a module (name or .py path) that registers kernels or backends.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None,
-              help="Instructions one run may execute (default 1,000,000).")
+              help="Work one run may do, in steps: each instruction once, plus, each time a "
+                   "loop repeats one, a step per 1,000 element operations it does; loops also "
+                   "get 2.5 µs of wall-clock time per step (default 1,000,000).")
+@click.option("--allow-any-aten-op", "allow_any_aten", is_flag=True,
+              help="Also run ATen operators outside the runtime's allowlist, straight from "
+                   "torch. This trusts the file: some ATen kernels crash on bad arguments.")
 @click.option("--max-memory", type=str, default=None, metavar="SIZE",
               help="Refuse programs planning more memory than this, e.g. 512M or 2G.")
 @click.option("--check", is_flag=True,
@@ -77,7 +82,7 @@ _SUMMARY_VALUES = 6
                    "report pass or fail (exit code 5 if any fails).")
 def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, profile_ops: bool,
-                plugins: tuple[str, ...], max_steps: int | None,
+                plugins: tuple[str, ...], max_steps: int | None, allow_any_aten: bool,
                 max_memory: str | None, check: bool) -> None:
     """Run a method of the program file PATH and summarise its outputs."""
     if check:
@@ -109,7 +114,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
 
     with _out_of_memory(f"loading the program {path}"):
         program = load(path, max_memory=_parse_size(max_memory) if max_memory else None,
-                       max_steps=max_steps or DEFAULT_MAX_STEPS)
+                       max_steps=max_steps or DEFAULT_MAX_STEPS, allow_any_aten=allow_any_aten)
     if check:
         with _out_of_memory("running the bundled test cases"):
             _check_bundled(program, method_name)
