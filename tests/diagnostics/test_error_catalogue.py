@@ -270,9 +270,8 @@ CASES = [
     Case("E0400", 4, run_program(control_flow_program, "--random", "--method", "choose"),
          re.escape("no backend registered for 1 delegate: backend 'ExampleBackend' "
                    "(delegate 0 of method 'choose')"),
-         exactly("ATen operators resolve by themselves; register others with "
-                 "exirc.runtime.register_kernel / register_backend, in a module you pass to "
-                 "`exirc run --plugin`")),
+         exactly("register kernels with exirc.runtime.register_kernel and backends with "
+                 "register_backend, in a module you pass to `exirc run --plugin`")),
     Case("E0400", 4, compile_model(UNSUPPORTED),
          re.escape("target 'portable' cannot run 1 op: aten::avg_pool3d.out (no kernel): "
                    "%avg_pool3d at model.py:5: ") + ".+",
