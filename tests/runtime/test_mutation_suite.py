@@ -1,0 +1,105 @@
+"""The runtime mutation suite (issue 16): the runtime survives any file.
+
+Thousands of mutants of real programs (exirc's and ExecuTorch's: MLP, conv,
+attention, LSTM, embedding, gather/topk/pad, cond, map, while_loop, dynamic
+batch, program state, int8 on XNNPACK), each with operators swapped for
+other real ones, lists, dims, dtypes, dim orders, sizes, offsets, overlaps,
+argument kinds, jumps or bytes changed (`tools/mutants`). Each runs in its own
+process with a timeout and a memory limit: loaded and run through the API
+or `exirc run`, then every `exirc inspect` view. None may crash, hang, blow
+the memory limit or raise anything but a typed exirc error; and enough of
+them must still load and run that the suite cannot pass by the runtime
+refusing everything. Every base program, unmutated, must run cleanly.
+
+`make fuzz` runs the same campaign longer (`tools/mutation_campaign.py`);
+it reproduces any mutant named here by its label.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tools.mutants import report
+from tools.mutants.bases import TEST_BASES, available, build_bases
+from tools.mutants.catalog import build_catalog
+from tools.mutants.cli_sample import run_sample
+from tools.mutants.generate import UNMUTATED, controls, make_mutant, plan_mutants
+from tools.mutants.runner import Result, run_mutants
+
+MUTANTS = 2000
+CLI_SAMPLE = 6  # of them, also through the real `exirc` command in a new process
+SEED = 16
+JOBS = 2
+# At least this share of mutants must run a method to its end at least once.
+MIN_RAN = 0.15
+WARM = ("mlp.portable", "conv.xnnpack", "mlp.int8-xnnpack", "cond.et")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def campaign() -> tuple[list[Result], list[Result]]:
+    """(forked results, real-command results), controls first."""
+    names = available(TEST_BASES)
+    bases = build_bases(names)
+    catalog = build_catalog()
+    specs = controls(names) + plan_mutants(names, MUTANTS, SEED)
+    mutants = ((i, make_mutant(spec, bases[spec.base], catalog)) for i, spec in enumerate(specs))
+    forked = run_mutants(mutants, jobs=JOBS, warm_with=[bases[n] for n in WARM if n in bases])
+    picked = random.Random(SEED).sample(range(len(controls(names)), len(specs)), CLI_SAMPLE)
+    sampled = run_sample([(i, make_mutant(specs[i], bases[specs[i].base], catalog))
+                          for i in picked], jobs=JOBS)
+    return forked, sampled
+
+
+def _explained(results: list[Result], tmp_path: Path) -> str:
+    """Each failure on a line (base, mutation, outcome, first error), bytes saved."""
+    saved = report.save_reproducers(results, tmp_path / "mutants")
+    lines = report.failure_lines(results)
+    more = len(report.failures(results)) - len(lines)
+    return "\n".join(lines + ([f"... and {more} more"] if more > 0 else [])
+                     + [f"mutants saved in {tmp_path / 'mutants'} ({len(saved)} files); "
+                        "rerun one: python -m tools.mutation_campaign --replay LABEL"])
+
+
+def test_every_base_program_runs_cleanly_unmutated(
+        campaign: tuple[list[Result], list[Result]]) -> None:
+    controls_run = [r for r in campaign[0] if r.mutant.spec.kinds == (UNMUTATED,)]
+    assert controls_run
+    bad = [f"{r.mutant.spec.label}: {r.outcome} {report.explain(r)}"
+           for r in controls_run if r.outcome != "ok"]
+    assert not bad, "real programs must load, run and inspect cleanly:\n" + "\n".join(bad)
+
+
+def test_no_mutant_crashes_hangs_or_raises_an_untyped_error(
+        campaign: tuple[list[Result], list[Result]], tmp_path: Path) -> None:
+    results = [r for r in campaign[0] if r.mutant.spec.kinds != (UNMUTATED,)]
+    fig = report.figures(results)
+    assert fig["mutants"] >= MUTANTS
+    failing = report.failures(results)
+    assert not failing, (
+        f"{fig['crashes']} crashes, {fig['tracebacks']} tracebacks, {fig['hangs']} hangs, "
+        f"{fig['memory_blowups']} memory blow-ups of {fig['mutants']} mutants:\n"
+        + _explained(results, tmp_path))
+
+
+def test_enough_mutants_get_past_the_loader_and_run(
+        campaign: tuple[list[Result], list[Result]]) -> None:
+    results = [r for r in campaign[0] if r.mutant.spec.kinds != (UNMUTATED,)]
+    fig = report.figures(results)
+    assert fig["mutants_that_ran"] >= MIN_RAN * fig["mutants"], (
+        f"only {fig['mutants_that_ran']} of {fig['mutants']} mutants ran a method to its end: "
+        "a suite where the runtime refuses (nearly) everything tests nothing past the door\n"
+        + report.table(fig))
+    assert fig["loads_succeeded"] > 0 and fig["runs_completed"] > 0
+
+
+def test_the_real_command_line_survives_a_sample(
+        campaign: tuple[list[Result], list[Result]], tmp_path: Path) -> None:
+    sampled = campaign[1]
+    assert len(sampled) == CLI_SAMPLE
+    assert all(r.stages or r.outcome == "hang" for r in sampled)
+    assert not report.failures(sampled), _explained(sampled, tmp_path)

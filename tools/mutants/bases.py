@@ -1,0 +1,110 @@
+"""The base programs mutants are made from: real models, compiled for real.
+
+A base is named `<model>.<flavour>`: the model (`models.MODELS`) and how it
+became a program, by exirc (`portable`, `exirc`, `xnnpack`, `int8-xnnpack`,
+`int8-portable`: `exirc.compiler` for that target, quantized or not) or by
+ExecuTorch (`et`: `to_edge(...).to_executorch()`, `et-xnnpack`: lowered with
+its XnnpackPartitioner). ExecuTorch is the test oracle only: its bases are
+skipped when it is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import warnings
+from collections.abc import Iterator, Sequence
+
+from tools.mutants.models import MODELS
+
+EXIRC_FLAVOURS = {"portable": ("portable", None), "exirc": ("exirc", None),
+                  "xnnpack": ("xnnpack", None), "int8-xnnpack": ("xnnpack", "int8"),
+                  "int8-portable": ("portable", "int8")}
+EXECUTORCH_FLAVOURS = ("et", "et-xnnpack")
+
+# The bases of the suite in `make test`: every model once, the targets and
+# ExecuTorch's files on the cheaper ones. Building them takes ~20 s.
+TEST_BASES = [
+    *(f"{model}.portable" for model in MODELS),
+    "mlp.exirc", "conv.exirc", "attention.xnnpack", "lstm.xnnpack", "conv.xnnpack",
+    "dynamic_batch.xnnpack", "mlp.int8-xnnpack",
+    "mlp.et", "cond.et", "dynamic_batch.et", "conv.et-xnnpack",
+]
+
+# Everything that builds: the longer campaign's bases.
+_ET_MODELS = ["mlp", "conv", "attention", "lstm", "dynamic_batch", "cond", "map", "embedding",
+              "gather_topk_pad", "state"]
+_ET_XNNPACK_MODELS = ["mlp", "conv", "attention", "lstm", "dynamic_batch", "embedding"]
+ALL_BASES = [
+    *(f"{model}.{flavour}" for flavour in ("portable", "exirc", "xnnpack") for model in MODELS),
+    "mlp.int8-xnnpack", "conv.int8-xnnpack", "attention.int8-xnnpack", "mlp.int8-portable",
+    "conv.int8-portable",
+    *(f"{model}.et" for model in _ET_MODELS),
+    *(f"{model}.et-xnnpack" for model in _ET_XNNPACK_MODELS),
+]
+
+
+def have_executorch() -> bool:
+    return importlib.util.find_spec("executorch") is not None
+
+
+def available(names: Sequence[str]) -> list[str]:
+    """`names` without ExecuTorch's bases when ExecuTorch is not installed."""
+    et = have_executorch()
+    return [name for name in names if et or name.split(".")[1] not in EXECUTORCH_FLAVOURS]
+
+
+def build_bases(names: Sequence[str]) -> dict[str, bytes]:
+    """The `.pte` bytes of each named base, built in this process."""
+    with _quiet():
+        return {name: build_base(name) for name in names}
+
+
+def build_base(name: str) -> bytes:
+    model_name, flavour = name.split(".")
+    model = MODELS[model_name]
+    if flavour in EXECUTORCH_FLAVOURS:
+        return _executorch(model_name, lowered=flavour == "et-xnnpack")
+    from exirc.compiler import CompileOptions, compile_module
+
+    target, quantize = EXIRC_FLAVOURS[flavour]
+    shapes = model.dynamic_shapes() if model.dynamic_shapes else None
+    result = compile_module(model.module(), model.example(), dynamic_shapes=shapes,
+                            options=CompileOptions(target=target, quantize=quantize))
+    return bytes(result.data)
+
+
+def _executorch(model_name: str, *, lowered: bool) -> bytes:
+    import torch
+
+    # Imported by name: ExecuTorch ships no type information.
+    exir = importlib.import_module("executorch.exir")
+    model = MODELS[model_name]
+    shapes = model.dynamic_shapes() if model.dynamic_shapes else None
+    exported = torch.export.export(model.module(), model.example(), dynamic_shapes=shapes,
+                                   strict=False)
+    if lowered:
+        partitioner = importlib.import_module(
+            "executorch.backends.xnnpack.partition.xnnpack_partitioner").XnnpackPartitioner
+        edge = exir.to_edge_transform_and_lower(exported, partitioner=[partitioner()])
+    else:
+        edge = exir.to_edge(exported)
+    return bytes(edge.to_executorch().buffer)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Compiling warns about deprecations that are not ours to fix."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch", "executorch")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)

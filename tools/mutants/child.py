@@ -1,0 +1,246 @@
+"""What one mutant's process does: load and run it, inspect it, report.
+
+The runner forks each mutant from a server that imported this module (and
+so torch and the runtime) but never ran a kernel. Here, in the fork, the
+process limits its own memory, then drives the mutant the ways a user can:
+`load(bytes)` and `Method.run` (route "api") or `exirc run` on a file (route
+"cli", the command's own code in-process), then every `exirc inspect` view.
+It sends the runner a message before each stage (so a crash is placed) and
+the outcome of every stage at the end. An outcome is "ok", an exirc error
+code, or "traceback" for anything else (InternalError, E0100, included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import resource
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+import click
+import numpy
+import torch
+
+import exirc.runtime.loader  # noqa: F401 (imported here, once, by the fork server)
+from exirc.cli.app import cli
+from exirc.errors import ExircError, InternalError
+from exirc.runtime import load
+from exirc.serialize import deserialize
+
+# What the fork server imports before forking, so a mutant's process starts warm.
+PRELOAD = ["tools.mutants.child"]
+
+INSPECT_VIEWS = ["summary", "instructions", "memory", "size", "quantization"]
+
+
+class Sender(Protocol):
+    """Where a stage reports that it starts (the runner's pipe)."""
+
+    def send(self, message: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = 4 << 30  # address space of the mutant's process
+    max_steps: int = 100_000  # instructions one run may execute (load(max_steps=...))
+    input_bytes: int = 64 << 20  # inputs larger than this are not made (a mutated shape)
+    runs: int = 2  # runs of each method: the second sees the state the first left
+
+
+@dataclass
+class Stage:
+    name: str  # "load", "run forward", "inspect --json", ...
+    outcome: str  # "ok", "skipped", an error code (E0300), or "traceback"
+    detail: str = ""  # the error's type and first line
+    seconds: float = 0.0
+    trace: str = ""  # a raw exception's innermost frames
+
+
+def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
+               conn: Connection) -> None:
+    """The process's whole life: set up, drive the mutant, send the stages."""
+    _isolate(limits, log_path)
+    stages: list[Stage] = []
+    started = time.perf_counter()
+    try:
+        with memfd(data) as path:
+            if route == "cli":
+                _cli_runs(path, data, seed, limits, stages, conn)
+            else:
+                _api_runs(data, seed, limits, stages, conn)
+            _inspect(path, data, seed, stages, conn)
+    except BaseException as error:  # noqa: BLE001 (the harness's own failure, reported as such)
+        stages.append(Stage("harness", "harness", _first_line(error)))
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    conn.send(("done", stages, time.perf_counter() - started, rss_kib))
+    conn.close()
+    sys.stderr.flush()
+    os._exit(0)  # nothing left to clean up: skip the interpreter's teardown
+
+
+def replay_here(data: bytes, route: str, seed: int, limits: Limits) -> list[Stage]:
+    """The stages of `run_mutant` in this process (no limits, no fork), each
+    printed with a raw exception's traceback: for debugging one reproducer."""
+    stages: list[Stage] = []
+    sender = _Printer()
+    with memfd(data) as path:
+        if route == "cli":
+            _cli_runs(path, data, seed, limits, stages, sender)
+        else:
+            _api_runs(data, seed, limits, stages, sender)
+        _inspect(path, data, seed, stages, sender)
+    for stage in stages:
+        print(f"  {stage.name}: {stage.outcome} {stage.detail}\n{stage.trace}".rstrip())
+    return stages
+
+
+class _Printer:
+    """Stands in for the runner's pipe when replaying here."""
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "stage":
+            print(f"stage: {message[1]}", flush=True)
+
+
+def _isolate(limits: Limits, log_path: str) -> None:
+    """Limit memory, one thread, stdout to nowhere, stderr (and a crash's
+    Python stack) to the log the runner reads if the process dies."""
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    torch.set_num_threads(1)
+    log = open(log_path, "w")  # noqa: SIM115 (lives as long as the process)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    sys.stderr = log
+    faulthandler.enable(log)
+
+
+class memfd:  # noqa: N801 (used as a context manager, like open)
+    """The mutant as a file (in memory) the CLI can be given a path to."""
+
+    def __init__(self, data: bytes) -> None:
+        self.fd = os.memfd_create("mutant.pte")
+        os.write(self.fd, data)
+
+    def __enter__(self) -> str:
+        return f"/proc/self/fd/{self.fd}"
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def outcome(error: BaseException) -> tuple[str, str]:
+    """(outcome, detail) of an exception a stage raised."""
+    if isinstance(error, ExircError) and not isinstance(error, InternalError):
+        return error.code, _first_line(error)
+    return "traceback", _first_line(error)
+
+
+def _first_line(error: BaseException) -> str:
+    text = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+def _stage(name: str, stages: list[Stage], conn: Sender, fn: Any, *args: Any) -> Any:
+    """Run one stage, recording its outcome; its result, or None if it failed."""
+    conn.send(("stage", name))
+    started = time.perf_counter()
+    try:
+        result = fn(*args)
+    except Exception as error:  # noqa: BLE001 (classified: typed or a traceback)
+        code, detail = outcome(error)
+        trace = "".join(traceback.format_exception(error)[-6:]) if code == "traceback" else ""
+        stages.append(Stage(name, code, detail, time.perf_counter() - started, trace))
+        return None
+    stages.append(Stage(name, "ok", seconds=time.perf_counter() - started))
+    return result if result is not None else True
+
+
+# -- route "api": load(bytes), Method.run -------------------------------------
+
+
+def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
+              conn: Sender) -> None:
+    program = _stage("load", stages, conn, lambda: load(data, max_steps=limits.max_steps))
+    if program is None:
+        return
+    rng = numpy.random.default_rng(seed)
+    for name, method in program.methods.items():
+        try:
+            inputs = random_inputs(method.inputs, rng, limits.input_bytes)
+        except Exception as error:  # noqa: BLE001 (inputs we cannot make: not the runtime's)
+            stages.append(Stage(f"run {name}", "skipped", _first_line(error)))
+            continue
+        for n in range(limits.runs):
+            if _stage(f"run {name} #{n + 1}", stages, conn, method.run, inputs) is None:
+                break
+
+
+def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int) -> list[Any]:
+    """Inputs fitting each spec: dynamic dims anywhere up to their bound, floats
+    standard-normal, integers small (valid as indices and loop counts)."""
+    values: list[Any] = []
+    total = 0
+    for spec in specs:
+        if spec.kind != "tensor":
+            values.append({"int": 1, "float": 0.5, "bool": True}[spec.kind])
+            continue
+        shape = [int(rng.integers(1, d + 1)) if spec.dynamic and d > 1 and rng.random() < 0.5
+                 else d for d in spec.shape]
+        count = 1
+        for d in shape:
+            count *= max(d, 0)
+        total += count * spec.dtype.itemsize
+        if total > max_bytes:
+            raise ValueError(f"inputs of {total} bytes")
+        if spec.dtype.is_floating_point or spec.dtype.is_complex:
+            values.append(torch.randn(shape, dtype=spec.dtype))
+        else:
+            values.append(torch.from_numpy(rng.integers(0, 3, size=shape)).to(spec.dtype))
+    return values
+
+
+# -- route "cli": `exirc run` and `exirc inspect`, in-process -----------------
+
+
+def _cli(args: list[str]) -> None:
+    """The command line's own code on `args`; raises what the command raised."""
+    with contextlib.suppress(click.exceptions.Exit):  # --help, --version: not ours
+        cli.main(args=args, prog_name="exirc", standalone_mode=False)
+
+
+def _method_names(data: bytes) -> list[str]:
+    try:
+        return [plan.name for plan in deserialize(data).execution_plan]
+    except ExircError:
+        return []
+
+
+def _cli_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[Stage],
+              conn: Sender) -> None:
+    names = _method_names(data) or ["forward"]
+    for name in names:
+        args = ["run", path, "--random", "--seed", str(seed % 1000), "--method", name,
+                "--max-steps", str(limits.max_steps), "--repeat", str(limits.runs)]
+        _stage(f"exirc run --method {name}", stages, conn, _cli, args)
+
+
+def _inspect(path: str, data: bytes, seed: int, stages: list[Stage], conn: Sender) -> None:
+    shows = [arg for view in INSPECT_VIEWS for arg in ("--show", view)]
+    _stage("inspect --json", stages, conn, _cli,
+           ["inspect", path, "--json", "--show", "memory", "--show", "size"])
+    _stage("inspect (all views)", stages, conn, _cli, ["inspect", path, *shows])
+    names = _method_names(data)
+    if names:
+        name = names[seed % len(names)]
+        _stage(f"inspect --method {name}", stages, conn, _cli,
+               ["inspect", path, "--method", name, "--show", "instructions",
+                "--show", "memory"])

@@ -1,0 +1,88 @@
+"""A sample of mutants through the real command line, each in its own process.
+
+The fork-server runner calls the commands' code in-process; this runs
+`exirc run FILE --random` and `exirc inspect FILE --json` as a user does:
+a new interpreter on a file on disk (which the runtime maps rather than
+reads), with the memory limit and a timeout. Exit codes are the CLI's: 1 is
+an internal error (E0100, a traceback), a signal a crash.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tools.mutants.child import Stage
+from tools.mutants.generate import Mutant
+from tools.mutants.runner import Result
+
+COMMANDS = (["run", "{path}", "--random", "--max-steps", "100000"],
+            ["inspect", "{path}", "--json", "--show", "memory", "--show", "size"])
+
+
+def run_sample(mutants: Sequence[tuple[int, Mutant]], *, jobs: int = 2, timeout: float = 30.0,
+               memory_bytes: int = 4 << 30) -> list[Result]:
+    """Each mutant through each command in `COMMANDS`, `jobs` processes at a time."""
+    with tempfile.TemporaryDirectory(prefix="mutants-cli-") as folder, \
+            ThreadPoolExecutor(max_workers=jobs) as pool:
+        work = [(index, mutant, Path(folder) / f"{index}.pte") for index, mutant in mutants]
+        for _, mutant, path in work:
+            path.write_bytes(mutant.data)
+        futures = [pool.submit(_one, index, mutant, path, timeout, memory_bytes)
+                   for index, mutant, path in work]
+        return [future.result() for future in futures]
+
+
+def _one(index: int, mutant: Mutant, path: Path, timeout: float, memory_bytes: int) -> Result:
+    result = Result(index, mutant, "ok")
+    started = time.monotonic()
+    for command in COMMANDS:
+        args = [arg.format(path=path) for arg in command]
+        name = f"process: exirc {' '.join(command[:1] + command[2:])}"
+        result.last_stage = name
+        try:
+            done = subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
+                                  text=True, timeout=timeout,
+                                  preexec_fn=_limit(memory_bytes))
+        except subprocess.TimeoutExpired:
+            result.outcome = "hang"
+            break
+        stage = _stage(name, done)
+        result.stages.append(stage)
+        if stage.outcome == "crash":
+            result.outcome, result.exit_code = "crash", done.returncode
+            result.log = done.stderr[-3000:]
+            break
+    result.seconds = time.monotonic() - started
+    if result.outcome == "ok":
+        outcomes = {stage.outcome for stage in result.stages}
+        result.outcome = "traceback" if "traceback" in outcomes else \
+            "ok" if outcomes <= {"ok"} else "typed"
+    return result
+
+
+def _stage(name: str, done: subprocess.CompletedProcess[str]) -> Stage:
+    error = next((line for line in done.stderr.splitlines() if line.startswith("error[")), "")
+    if done.returncode < 0:
+        return Stage(name, "crash", f"signal {-done.returncode}")
+    if done.returncode == 0:
+        return Stage(name, "ok")
+    if done.returncode == 1 or "Traceback (most recent call last)" in done.stderr \
+            or "E0100" in error:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return Stage(name, "traceback", error or last)
+    code = error[len("error["):error.index("]")] if error else f"exit{done.returncode}"
+    return Stage(name, code, error)
+
+
+def _limit(memory_bytes: int) -> Callable[[], None]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return limit

@@ -1,0 +1,101 @@
+"""Mutations of the data a program carries: delegate payloads, their compile
+specs, and the named segments (exirc's symbolic shapes, constant names,
+bundled test cases) that readers parse.
+
+Payload bytes are flipped in place, so the program model around them stays
+valid and the mutant reaches the backend's or metadata's own parser.
+"""
+
+from __future__ import annotations
+
+import random
+
+from exirc.serialize import program as P
+from tools.mutants import picks
+from tools.mutants.context import Context, model_kind
+
+_WORDS = [0, 1, 0xFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFF0, 16, 1 << 20]
+
+
+def flip(data: bytes | memoryview, rng: random.Random) -> tuple[bytes, str]:
+    """`data` with a bit flipped, a word overwritten, or its tail cut."""
+    out = bytearray(data)
+    if not out:
+        return bytes(out), "empty"
+    action = rng.choice(["bit", "bit", "word", "truncate"])
+    position = rng.randrange(len(out))
+    if action == "bit":
+        out[position] ^= 1 << rng.randrange(8)
+        return bytes(out), f"bit flip at {position}"
+    if action == "word" and len(out) >= 4:
+        position = rng.randrange(len(out) - 3) & ~3
+        word = rng.choice(_WORDS)
+        out[position:position + 4] = word.to_bytes(4, "little")
+        return bytes(out), f"word {word:#x} at {position}"
+    return bytes(out[:position]), f"cut to {position} bytes"
+
+
+def _payloads(program: P.Program) -> list[tuple[str, bytes | memoryview, int, bool]]:
+    """(label, data, index, inline) of every delegate payload the program holds."""
+    found: list[tuple[str, bytes | memoryview, int, bool]] = []
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            index = delegate.processed.index
+            if delegate.processed.location == P.DataLocation.INLINE:
+                if 0 <= index < len(program.backend_delegate_data):
+                    found.append((delegate.id, program.backend_delegate_data[index].data,
+                                  index, True))
+            elif 0 <= index < len(program.segments):
+                found.append((delegate.id, program.segments[index].data, index, False))
+    return found
+
+
+@model_kind("delegate_payload")
+def delegate_payload(ctx: Context) -> str | None:
+    """A delegate's payload (an XNNPACK graph) has a bit, a word or its tail changed."""
+    payload = picks.choice(ctx.rng, _payloads(ctx.program))
+    if payload is None:
+        return None
+    label, data, index, inline = payload
+    new, what = flip(data, ctx.rng)
+    if inline:
+        ctx.program.backend_delegate_data[index].data = new
+    else:
+        ctx.program.segments[index].data = new
+    return f"{label} payload ({'inline' if inline else 'segment'} {index}): {what}"
+
+
+@model_kind("delegate_fields")
+def delegate_fields(ctx: Context) -> str | None:
+    """A delegate names another backend, another payload, or odd compile specs."""
+    plan = picks.plan(ctx.program, ctx.rng)
+    delegate = picks.choice(ctx.rng, plan.delegates) if plan else None
+    if plan is None or delegate is None:
+        return None
+    action = ctx.rng.choice(["location", "index", "spec", "id"])
+    if action == "location":
+        delegate.processed.location = P.DataLocation(1 - int(delegate.processed.location))
+    elif action == "index":
+        delegate.processed.index = ctx.rng.choice([0, 1, 2, 2**32 - 1])
+    elif action == "spec" and delegate.compile_specs:
+        spec = ctx.rng.choice(delegate.compile_specs)
+        spec.value, _ = flip(spec.value, ctx.rng)
+    else:
+        delegate.id = ctx.rng.choice(["XnnpackBackend", "", "VulkanBackend", "x" * 500])
+    return f"{plan.name} delegate {delegate.id[:40]!r}: {action}"
+
+
+@model_kind("named_data")
+def named_data(ctx: Context) -> str | None:
+    """A named segment (exirc's metadata, a delegate's weights) is corrupted,
+    or its name points at another segment."""
+    entry = picks.choice(ctx.rng, ctx.program.named_data)
+    if entry is None:
+        return None
+    if ctx.rng.random() < 0.3 or not 0 <= entry.segment_index < len(ctx.program.segments):
+        old = entry.segment_index
+        entry.segment_index = ctx.rng.choice([0, old + 1, len(ctx.program.segments), 2**32 - 1])
+        return f"named_data {entry.key!r}: segment {old} -> {entry.segment_index}"
+    segment = ctx.program.segments[entry.segment_index]
+    segment.data, what = flip(segment.data, ctx.rng)
+    return f"named_data {entry.key!r} (segment {entry.segment_index}): {what}"
