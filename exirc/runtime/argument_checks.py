@@ -2,14 +2,24 @@
 
 Called once per method, after its value table is built and before any
 instruction is prepared, so a program whose arguments a kernel could
-mishandle is refused with a `FormatError` before it runs.
+mishandle is refused with a `FormatError` before it runs. For each KernelCall:
+
+  * no tensor it writes shares memory with another it names (`overlap`),
+    except the exact aliasing `aliasing` allows.
+
+Kinds and list lengths are checked before (`argument_kinds`, as soon as the
+kernels resolve); a call whose values are not of the kinds its schema takes
+is not looked at here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exirc.runtime.kernels import Kernel
+from exirc.runtime.aliasing import may_alias
+from exirc.runtime.kernel_arguments import CallArguments, call_arguments
+from exirc.runtime.kernels import Kernel, operator_key
+from exirc.runtime.overlap import Locations, check_call
 from exirc.runtime.values import Values
 from exirc.serialize import program as P
 
@@ -17,3 +27,25 @@ from exirc.serialize import program as P
 def check_method(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel], values: Values,
                  where: str) -> None:
     """Refuse `plan` if any KernelCall's arguments are unsafe for its kernel."""
+    calls = _kernel_calls(plan, kernels)
+    locations = Locations(plan, calls)
+    for (c, i), call in calls.items():
+        instr = plan.chains[c].instructions[i]
+        assert isinstance(instr, P.KernelCall)
+        op = plan.operators[instr.op_index]
+        at = f"{where}.chains[{c}].instructions[{i}] ({operator_key(op.name, op.overload)})"
+        check_call(call, locations, plan.values, may_alias, at)
+
+
+def _kernel_calls(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]
+                  ) -> dict[tuple[int, int], CallArguments]:
+    """(chain, instruction) -> the call's arguments, for each KernelCall whose
+    values have the kinds its schema takes."""
+    calls = {}
+    for c, chain in enumerate(plan.chains):
+        for i, instr in enumerate(chain.instructions):
+            if isinstance(instr, P.KernelCall) and instr.op_index in kernels:
+                described = call_arguments(kernels[instr.op_index], instr.args, plan.values)
+                if described is not None:
+                    calls[c, i] = described
+    return calls
