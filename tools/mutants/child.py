@@ -36,6 +36,9 @@ from exirc.serialize import deserialize
 # What the fork server imports before forking, so a mutant's process starts warm.
 PRELOAD = ["tools.mutants.child"]
 
+HOSTILE_INPUTS = 0.2  # share of mutants whose inputs are edge values (route "api")
+_HOSTILE_INTS = [-1, -(2**31), 2**31 - 1, 2**40, 2**62, -(2**63), 1000, 10**9]
+
 INSPECT_VIEWS = ["summary", "instructions", "memory", "size", "quantization"]
 
 
@@ -173,9 +176,10 @@ def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
     if program is None:
         return
     rng = numpy.random.default_rng(seed)
+    hostile = rng.random() < HOSTILE_INPUTS
     for name, method in program.methods.items():
         try:
-            inputs = random_inputs(method.inputs, rng, limits.input_bytes)
+            inputs = random_inputs(method.inputs, rng, limits.input_bytes, hostile=hostile)
         except Exception as error:  # noqa: BLE001 (inputs we cannot make: not the runtime's)
             stages.append(Stage(f"run {name}", "skipped", _first_line(error)))
             continue
@@ -184,9 +188,12 @@ def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
                 break
 
 
-def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int) -> list[Any]:
+def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int, *,
+                  hostile: bool = False) -> list[Any]:
     """Inputs fitting each spec: dynamic dims anywhere up to their bound, floats
-    standard-normal, integers small (valid as indices and loop counts)."""
+    standard-normal, integers small (valid as indices and loop counts). With
+    `hostile`, integers are edge values (indices out of range, loop counts in
+    the billions) and floats include NaN and infinities."""
     values: list[Any] = []
     total = 0
     for spec in specs:
@@ -202,9 +209,16 @@ def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int) -> li
         if total > max_bytes:
             raise ValueError(f"inputs of {total} bytes")
         if spec.dtype.is_floating_point or spec.dtype.is_complex:
-            values.append(torch.randn(shape, dtype=spec.dtype))
+            value = torch.randn(shape, dtype=spec.dtype)
+            if hostile and value.numel():
+                value.view(-1)[0] = float(rng.choice([numpy.nan, numpy.inf, -numpy.inf]))
+        elif hostile and spec.dtype != torch.bool:
+            info = torch.iinfo(spec.dtype)
+            edges = [v for v in _HOSTILE_INTS if info.min <= v <= info.max]
+            value = torch.tensor(rng.choice(edges, size=shape)).to(spec.dtype)
         else:
-            values.append(torch.from_numpy(rng.integers(0, 3, size=shape)).to(spec.dtype))
+            value = torch.from_numpy(rng.integers(0, 3, size=shape)).to(spec.dtype)
+        values.append(value)
     return values
 
 

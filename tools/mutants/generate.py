@@ -21,6 +21,7 @@ from tools.mutants import (  # noqa: F401 (each module registers its kinds)
     instruction_mutations,
     memory_mutations,
     value_mutations,
+    xnnpack_mutations,
 )
 from tools.mutants.catalog import Catalog
 from tools.mutants.context import BYTE_KINDS, MODEL_KINDS, Context
@@ -36,6 +37,7 @@ WEIGHTS: dict[str, float] = {
     "args_length": 1, "op_overload": 1, "op_index": 1, "plan_io": 1, "move_free": 1,
     "tensor_fields": 1, "double_value": 1, "constant_offsets": 1, "delegate_call": 0.5,
     "delegate_fields": 0.5, "named_data": 1, "values_explode": 0.2, "buffers_explode": 0.3,
+    "xnn_value": 1.5, "xnn_node": 2, "xnn_graph": 1,
     "byte_flip": 2, "byte_word": 1.5, "byte_cut": 1,
 }
 MULTI = 0.12  # share of mutants with two or three model mutations at once

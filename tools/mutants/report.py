@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tools.mutants.runner import Result
+from tools.mutants.runner import MEMORY_SIGNS, Result
 
 FAILURES = ("crash", "hang", "traceback", "memory", "harness")
 
@@ -114,39 +114,58 @@ def crash_frame(log: str) -> str:
     return ""
 
 
-def explain(result: Result) -> str:
-    """One line: what went wrong, and where."""
+def _frame(line: str) -> str:
+    """`File "/x/y/size_spans.py", line 35, in _vector` as `size_spans.py:35 (_vector)`."""
+    match = re.search(r'File "([^"]*)", line (\d+), in (\S+)', line)
+    if match is None:
+        return line.strip()
+    return f"{Path(match.group(1)).name}:{match.group(2)} ({match.group(3)})"
+
+
+def problems(result: Result) -> list[str]:
+    """Every failure of a mutant, a line each: its crash or hang, and each stage
+    that raised an untyped error or whose typed error hid a memory blow-up."""
+    found = []
+    for stage in result.stages:
+        if stage.outcome == "traceback" or stage.outcome == "harness":
+            frames = [line for line in stage.trace.splitlines()
+                      if line.strip().startswith("File ")]
+            where = f" at {_frame(frames[-1])}" if frames else ""
+            found.append(f"{stage.outcome} in {stage.name}: {stage.detail}{where}")
+        elif any(sign in stage.detail for sign in MEMORY_SIGNS):
+            found.append(f"memory in {stage.name}: {stage.outcome} {stage.detail}")
     if result.outcome == "crash":
         frame = crash_frame(result.log)
         signal = -result.exit_code if result.exit_code and result.exit_code < 0 else None
         what = f"signal {signal}" if signal else f"exit {result.exit_code}"
-        return f"crash ({what}) during {result.last_stage or '?'}" + \
-            (f" at {frame}" if frame else "")
-    if result.outcome == "hang":
-        return f"hang (killed after the timeout) during {result.last_stage or '?'}"
-    raised = next((stage for stage in result.stages if stage.outcome == "traceback"), None)
-    if raised is not None:
-        frames = [line.strip() for line in raised.trace.splitlines()
-                  if line.strip().startswith("File ")]
-        where = f" at {frames[-1]}" if frames else ""
-        return f"{raised.name}: traceback {raised.detail}{where}"
-    return result.first_error
+        found.append(f"crash ({what}) in {result.last_stage or '?'}"
+                     + (f" at {_frame(frame)}" if frame else ""))
+    elif result.outcome == "hang":
+        found.append(f"hang (killed after the timeout) in {result.last_stage or '?'}")
+    return found
 
 
-def signature(result: Result) -> str:
-    """What groups failures with one cause: outcome, stage, blurred message."""
-    text = explain(result)
-    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
+def explain(result: Result) -> str:
+    """One line: what went wrong, and where."""
+    return "; ".join(problems(result)) or result.first_error
+
+
+def signature(problem: str) -> str:
+    """What groups failures with one cause: the problem with numbers, quoted
+    names and method names blurred."""
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", problem)
     text = re.sub(r"\d+", "N", text)
     text = re.sub(r"\[[^\]]*\]", "[…]", text)
-    text = re.sub(r"method \S+|--method \S+", "method …", text)
-    return f"{result.outcome}: {text[:220]}"
+    text = re.sub(r"(--method|run|method) \S+", r"\1 …", text)
+    return text[:240]
 
 
-def group(results: Sequence[Result]) -> dict[str, list[Result]]:
-    groups: dict[str, list[Result]] = {}
+def group(results: Sequence[Result]) -> dict[str, list[tuple[Result, str]]]:
+    """Failures by signature; a mutant with two problems is in two groups."""
+    groups: dict[str, list[tuple[Result, str]]] = {}
     for result in failures(results):
-        groups.setdefault(signature(result), []).append(result)
+        for problem in problems(result) or [result.first_error]:
+            groups.setdefault(signature(problem), []).append((result, problem))
     return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])))
 
 
@@ -174,20 +193,21 @@ def save_reproducers(results: Sequence[Result], folder: Path) -> dict[str, Path]
 def findings_markdown(results: Sequence[Result], fig: dict[str, Any],
                       saved: dict[str, Path]) -> str:
     parts = ["## Figures", "", table(fig), "", "## Failures by signature", ""]
-    for sig, members in group(results).items():
-        first = members[0]
+    groups = group(results)
+    for sig, members in groups.items():
+        first, problem = members[0]
         parts.append(f"### {len(members)} × {sig}")
         parts.append("")
         parts.append(f"- example: `{first.mutant.spec.label}` — {first.mutant.description[:300]}")
-        parts.append(f"- error: {explain(first)[:400]}")
+        parts.append(f"- error: {problem[:400]}")
         path = saved.get(first.mutant.spec.label)
         if path is not None:
             parts.append(f"- reproducer: `{path}` (route {first.mutant.spec.route})")
-        others = ", ".join(f"`{m.mutant.spec.label}`" for m in members[1:4])
+        others = ", ".join(f"`{m.mutant.spec.label}`" for m, _ in members[1:4])
         if others:
             parts.append(f"- also: {others}")
         parts.append("")
-    if len(parts) == 6:
+    if not groups:
         parts.append("none")
     return "\n".join(parts)
 
@@ -196,7 +216,7 @@ def to_json(results: Sequence[Result], fig: dict[str, Any]) -> str:
     return json.dumps({
         "figures": fig,
         "failures": [{"label": r.mutant.spec.label, "description": r.mutant.description,
-                      "outcome": r.outcome, "error": explain(r), "signature": signature(r),
+                      "outcome": r.outcome, "problems": problems(r),
                       "stages": [vars(s) for s in r.stages], "log": r.log[-2000:]}
                      for r in failures(results)],
     }, indent=2)

@@ -35,7 +35,7 @@ from tools.mutants.generate import Mutant
 
 # A typed error whose cause was an allocation the memory limit refused: the
 # runtime did not bound the memory, even if it reported the failure cleanly.
-_MEMORY_SIGNS = ("can't allocate memory", "MemoryError", "out of memory", "std::bad_alloc",
+MEMORY_SIGNS = ("can't allocate memory", "MemoryError", "out of memory", "std::bad_alloc",
                  "Cannot allocate memory")
 
 
@@ -223,7 +223,7 @@ def _classify(result: Result, hung: bool) -> str:
         return "harness"
     if "traceback" in outcomes:
         return "traceback"
-    if any(any(sign in stage.detail for sign in _MEMORY_SIGNS) for stage in result.stages):
+    if any(any(sign in stage.detail for sign in MEMORY_SIGNS) for stage in result.stages):
         return "memory"
     if all(outcome in ("ok", "skipped") for outcome in outcomes):
         return "ok"
