@@ -5,7 +5,9 @@ instruction is prepared, so a program whose arguments a kernel could
 mishandle is refused with a `FormatError` before it runs. For each KernelCall:
 
   * no tensor it writes shares memory with another it names (`overlap`),
-    except the exact aliasing `aliasing` allows.
+    except the exact aliasing `aliasing` allows;
+  * its outs and results have the sizes and dtypes the op makes from its
+    arguments, and the op accepts those arguments (`meta_shapes`).
 
 Kinds and list lengths are checked before (`argument_kinds`, as soon as the
 kernels resolve); a call whose values are not of the kinds its schema takes
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from exirc.runtime.aliasing import may_alias
 from exirc.runtime.kernel_arguments import CallArguments, call_arguments
 from exirc.runtime.kernels import Kernel, operator_key
+from exirc.runtime.meta_shapes import MetaShapes
 from exirc.runtime.overlap import Locations, check_call
 from exirc.runtime.values import Values
 from exirc.serialize import program as P
@@ -29,12 +32,14 @@ def check_method(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel], values: V
     """Refuse `plan` if any KernelCall's arguments are unsafe for its kernel."""
     calls = _kernel_calls(plan, kernels)
     locations = Locations(plan, calls)
+    shapes = MetaShapes(values)
     for (c, i), call in calls.items():
         instr = plan.chains[c].instructions[i]
         assert isinstance(instr, P.KernelCall)
         op = plan.operators[instr.op_index]
         at = f"{where}.chains[{c}].instructions[{i}] ({operator_key(op.name, op.overload)})"
         check_call(call, locations, plan.values, may_alias, at)
+        shapes.check(call, at)
 
 
 def _kernel_calls(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]
