@@ -7,7 +7,8 @@ mishandle is refused with a `FormatError` before it runs. For each KernelCall:
   * no tensor it writes shares memory with another it names (`overlap`),
     except the exact aliasing `aliasing` allows;
   * its outs and results have the sizes and dtypes the op makes from its
-    arguments, and the op accepts those arguments (`meta_shapes`).
+    arguments, and the op accepts those arguments (`meta_shapes`);
+  * the dim-order copies' `dim_order` arguments fit their outs (`dim_order_args`).
 
 Kinds and list lengths are checked before (`argument_kinds`, as soon as the
 kernels resolve); a call whose values are not of the kinds its schema takes
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from exirc.runtime.aliasing import may_alias
+from exirc.runtime.dim_order_args import check_dim_order_call
 from exirc.runtime.kernel_arguments import CallArguments, call_arguments
 from exirc.runtime.kernels import Kernel, operator_key
 from exirc.runtime.meta_shapes import MetaShapes
@@ -39,6 +41,7 @@ def check_method(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel], values: V
         op = plan.operators[instr.op_index]
         at = f"{where}.chains[{c}].instructions[{i}] ({operator_key(op.name, op.overload)})"
         check_call(call, locations, plan.values, may_alias, at)
+        check_dim_order_call(call, values, at)
         shapes.check(call, at)
 
 
