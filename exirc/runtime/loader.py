@@ -28,7 +28,7 @@ from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key,
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
 from exirc.serialize import program as P
 from exirc.serialize import read_program_file, symbolic_shapes
-from exirc.serialize.reader import map_file
+from exirc.serialize.mapped_file import MappedFile, open_mapped
 
 if TYPE_CHECKING:
     from exirc.runtime.profile import Profile
@@ -89,7 +89,8 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     list may trust what a hostile file gets wrong (an index out of range, an
     inconsistent size), and some crash the process on it.
     """
-    data = _map(source) if isinstance(source, (str, os.PathLike)) else source
+    mapped = _map(source) if isinstance(source, (str, os.PathLike)) else None
+    data = mapped.view if mapped is not None else source
     program = read_program_file(data).program  # checked: every index is in range
     plans = program.execution_plan
     _check_method_names(plans)
@@ -110,7 +111,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                    for j, (delegate, backend) in enumerate(zip(plan.delegates,
                                                                backend_tables[i]))]
         methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps,
-                                    shapes.get(plan.name), shared)
+                                    shapes.get(plan.name), shared, file_guard=mapped)
     return LoadedProgram(program, methods)
 
 
@@ -120,14 +121,15 @@ def _symbolic_shapes(program: P.Program) -> dict[str, symbolic_shapes.MethodShap
     return symbolic_shapes.decode(data) if data is not None else {}
 
 
-def _map(path: str | os.PathLike[str]) -> memoryview:
-    """The file, mapped copy-on-write.
+def _map(path: str | os.PathLike[str]) -> MappedFile:
+    """The file, mapped copy-on-write (or copied, if small), with its guard.
 
     Constants become views of these pages, shared with the page cache and
     never copied. Private (not read-only) pages mean that even a kernel that
     wrongly writes into a constant changes only our copy instead of faulting.
+    Each method checks the guard before it runs (see `MappedFile`).
     """
-    return map_file(path, copy_on_write=True)
+    return open_mapped(path, copy_on_write=True)
 
 
 def _check_method_names(plans: list[P.ExecutionPlan]) -> None:

@@ -48,6 +48,7 @@ from exirc.serialize.symbolic_shapes import MethodShapes
 
 if TYPE_CHECKING:
     from exirc.runtime.profile import Profile
+    from exirc.serialize.mapped_file import MappedFile
 
 Observer = Callable[[int, int], None]
 """`observer(chain, index)`: called after instruction `index` of `chain` has run."""
@@ -84,11 +85,14 @@ class Method:
                  kernels: Mapping[int, Kernel], backends: Sequence[tuple[Any, Any]],
                  max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None,
                  shared_arenas: dict[int, memory.Arena] | None = None, *,
-                 max_seconds: float | None = None) -> None:
+                 max_seconds: float | None = None, file_guard: MappedFile | None = None) -> None:
         """`max_steps` bounds a run's work (see `DEFAULT_MAX_STEPS`); `max_seconds`
         the wall-clock time from its first backward jump, by default
-        `loop_seconds(max_steps)`."""
+        `loop_seconds(max_steps)`. `file_guard`, for a program read from a mapped
+        file, is checked before each run: constants are read in place, and a file
+        truncated since the load would fault (SIGBUS) instead of failing."""
         self.name = plan.name
+        self._file_guard = file_guard
         self.shapes = shapes
         self.max_steps = max_steps
         self.max_seconds = loop_seconds(max_steps) if max_seconds is None else max_seconds
@@ -136,6 +140,8 @@ class Method:
 
     def reset_state(self) -> None:
         """Put the program state this method holds back to its initial value."""
+        if self._file_guard is not None:
+            self._file_guard.check()  # the initial values are read from the file
         for target, initial in self._initial_state:
             target[:] = numpy.frombuffer(initial, dtype=numpy.uint8)
 
@@ -148,6 +154,8 @@ class Method:
 
         `observer(chain, index)`, if given, is called after every instruction
         that runs, in execution order (see the module docstring)."""
+        if self._file_guard is not None:
+            self._file_guard.check()
         checked = check_inputs(self.name, self.inputs, self.shapes, inputs)
         for index, start in self._scalar_starts:
             self._env[index] = start
