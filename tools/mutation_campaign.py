@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tools.mutants import report
-from tools.mutants.bases import ALL_BASES, TEST_BASES, available, build_bases
+from tools.mutants.bases import ALL_BASES, TEST_BASES, available, build_bases, cached_bases
 from tools.mutants.catalog import Catalog, build_catalog
 from tools.mutants.child import Limits
 from tools.mutants.cli_sample import run_sample
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = available(BASE_SETS.get(args.bases) or args.bases.split(","))
     started = time.monotonic()
     print(f"building {len(names)} base programs...", file=sys.stderr)
-    bases = build_bases(names)
+    bases = cached_bases(names, Path(args.out) / "bases-cache")
     catalog = build_catalog()
     specs = controls(names) + plan_mutants(names, args.mutants, args.seed)
     limits = Limits(memory_bytes=int(args.memory_gib * (1 << 30)), max_steps=args.max_steps)

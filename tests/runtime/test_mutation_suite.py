@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tools.mutants import report
-from tools.mutants.bases import TEST_BASES, available, build_bases
+from tools.mutants.bases import TEST_BASES, available, cached_bases
 from tools.mutants.catalog import build_catalog
 from tools.mutants.cli_sample import run_sample
 from tools.mutants.generate import UNMUTATED, controls, make_mutant, plan_mutants
@@ -41,10 +41,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def campaign() -> tuple[list[Result], list[Result]]:
+def campaign(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[list[Result], list[Result]]:
     """(forked results, real-command results), controls first."""
     names = available(TEST_BASES)
-    bases = build_bases(names)
+    # Built once per version of the compiler's sources (about 30 s), kept in
+    # pytest's cache when there is one.
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("mutants-bases") if cache is not None \
+        else tmp_path_factory.mktemp("mutants-bases")
+    bases = cached_bases(names, Path(folder))
     catalog = build_catalog()
     specs = controls(names) + plan_mutants(names, MUTANTS, SEED)
     mutants = ((i, make_mutant(spec, bases[spec.base], catalog)) for i, spec in enumerate(specs))

@@ -11,11 +11,15 @@ skipped when it is not installed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import logging
+import shutil
 import warnings
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from tools.mutants.models import MODELS
 
@@ -60,6 +64,41 @@ def build_bases(names: Sequence[str]) -> dict[str, bytes]:
     """The `.pte` bytes of each named base, built in this process."""
     with _quiet():
         return {name: build_base(name) for name in names}
+
+
+def cached_bases(names: Sequence[str], folder: Path) -> dict[str, bytes]:
+    """`build_bases`, kept in `folder` under a key of everything that makes
+    them (exirc's source, the models, torch's and ExecuTorch's versions), so
+    a base is rebuilt exactly when what would build it changed."""
+    where = folder / source_key()
+    found = {name: (where / f"{name}.pte").read_bytes() for name in names
+             if (where / f"{name}.pte").is_file()}
+    missing = [name for name in names if name not in found]
+    if missing:
+        for stale in folder.glob("*"):  # bases of sources that are gone
+            if stale.is_dir() and stale != where:
+                shutil.rmtree(stale, ignore_errors=True)
+        where.mkdir(parents=True, exist_ok=True)
+        for name, data in build_bases(missing).items():
+            (where / f"{name}.pte").write_bytes(data)
+            found[name] = data
+    return {name: found[name] for name in names}
+
+
+def source_key() -> str:
+    """A digest of the compiler's sources and versions: equal keys, equal bases."""
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    files = sorted(p for p in (root / "exirc").rglob("*") if p.suffix in (".py", ".yaml", ".txt"))
+    files += [root / "tools" / "mutants" / "models.py", Path(__file__).resolve()]
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    for package in ("torch", "torchao", "executorch"):
+        try:
+            digest.update(f"{package}={importlib.metadata.version(package)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(f"{package} absent".encode())
+    return digest.hexdigest()[:16]
 
 
 def build_base(name: str) -> bytes:

@@ -65,6 +65,11 @@ class Stage:
     trace: str = ""  # a raw exception's innermost frames
 
 
+def ready() -> None:
+    """A process that does nothing: started first, it returns once the server
+    that forks mutants has finished importing."""
+
+
 def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
                conn: Connection) -> None:
     """The process's whole life: set up, drive the mutant, send the stages."""

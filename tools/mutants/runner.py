@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from tools.mutants import warm
-from tools.mutants.child import Limits, Stage, run_mutant
+from tools.mutants.child import Limits, Stage, ready, run_mutant
 from tools.mutants.generate import Mutant
 
 # A typed error whose cause was an allocation the memory limit refused: the
@@ -139,14 +138,19 @@ def _fork_server(warm_with: Sequence[bytes]) -> Any:
     os.environ[warm.WARM_LIST_ENV] = listing  # the server inherits it when it starts
     try:
         with _no_main_module():
-            multiprocessing.forkserver.ensure_running()
+            # A first process waits for the server to finish importing, so no
+            # mutant's timeout runs while the server is still starting.
+            first = context.Process(target=ready, daemon=True)
+            first.start()
     finally:
         del os.environ[warm.WARM_LIST_ENV]
+    first.join(_SERVER_START_SECONDS)
     _warmed = True
     return context
 
 
 _warmed = False  # the server imports its list once, when it starts
+_SERVER_START_SECONDS = 300.0
 
 
 def _start(context: Any, index: int, mutant: Mutant, limits: Limits, logs: str) -> _Running:
