@@ -2,10 +2,13 @@
 
 A base is named `<model>.<flavour>`: the model (`models.MODELS`) and how it
 became a program, by exirc (`portable`, `exirc`, `xnnpack`, `int8-xnnpack`,
-`int8-portable`: `exirc.compiler` for that target, quantized or not) or by
-ExecuTorch (`et`: `to_edge(...).to_executorch()`, `et-xnnpack`: lowered with
-its XnnpackPartitioner). ExecuTorch is the test oracle only: its bases are
-skipped when it is not installed.
+`int8-portable`: `exirc.compiler` for that target, quantized or not;
+`bundled`: portable with its test cases stored in it, for `exirc run
+--check`) or by ExecuTorch (`et`: `to_edge(...).to_executorch()`,
+`et-xnnpack`: lowered with its XnnpackPartitioner). `<name>.example` is
+`exirc compile examples/<name>.py` (the KV-cache decoder's two methods share
+program state). ExecuTorch is the test oracle only: its bases are skipped
+when it is not installed.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ EXECUTORCH_FLAVOURS = ("et", "et-xnnpack")
 TEST_BASES = [
     *(f"{model}.portable" for model in MODELS),
     "mlp.exirc", "conv.exirc", "attention.xnnpack", "lstm.xnnpack", "conv.xnnpack",
-    "dynamic_batch.xnnpack", "mlp.int8-xnnpack",
+    "dynamic_batch.xnnpack", "mlp.int8-xnnpack", "mlp.bundled", "refine_loop.example",
     "mlp.et", "cond.et", "dynamic_batch.et", "conv.et-xnnpack",
 ]
 
@@ -44,7 +47,8 @@ _ET_XNNPACK_MODELS = ["mlp", "conv", "attention", "lstm", "dynamic_batch", "embe
 ALL_BASES = [
     *(f"{model}.{flavour}" for flavour in ("portable", "exirc", "xnnpack") for model in MODELS),
     "mlp.int8-xnnpack", "conv.int8-xnnpack", "attention.int8-xnnpack", "mlp.int8-portable",
-    "conv.int8-portable",
+    "conv.int8-portable", "mlp.bundled", "cond.bundled", "refine_loop.example",
+    "kv_decoder.example",
     *(f"{model}.et" for model in _ET_MODELS),
     *(f"{model}.et-xnnpack" for model in _ET_XNNPACK_MODELS),
 ]
@@ -103,15 +107,19 @@ def source_key() -> str:
 
 def build_base(name: str) -> bytes:
     model_name, flavour = name.split(".")
-    model = MODELS[model_name]
     if flavour in EXECUTORCH_FLAVOURS:
         return _executorch(model_name, lowered=flavour == "et-xnnpack")
-    from exirc.compiler import CompileOptions, compile_module
+    from exirc.compiler import CompileOptions, compile_model, compile_module
 
-    target, quantize = EXIRC_FLAVOURS[flavour]
+    if flavour == "example":  # as `exirc compile examples/<name>.py` makes it
+        example = Path(__file__).resolve().parents[2] / "examples" / f"{model_name}.py"
+        return bytes(compile_model(str(example)).data)
+    model = MODELS[model_name]
+    target, quantize = EXIRC_FLAVOURS.get(flavour, ("portable", None))
     shapes = model.dynamic_shapes() if model.dynamic_shapes else None
+    options = CompileOptions(target=target, quantize=quantize, bundle=flavour == "bundled")
     result = compile_module(model.module(), model.example(), dynamic_shapes=shapes,
-                            options=CompileOptions(target=target, quantize=quantize))
+                            options=options)
     return bytes(result.data)
 
 

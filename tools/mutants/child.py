@@ -205,8 +205,8 @@ def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int, *,
         if spec.kind != "tensor":
             values.append({"int": 1, "float": 0.5, "bool": True}[spec.kind])
             continue
-        shape = [int(rng.integers(1, d + 1)) if spec.dynamic and d > 1 and rng.random() < 0.5
-                 else d for d in spec.shape]
+        shape = [int(rng.integers(1, d + 1)) if varies and d > 1 and rng.random() < 0.5
+                 else d for d, varies in zip(spec.shape, _dynamic_dims(spec))]
         count = 1
         for d in shape:
             count *= max(d, 0)
@@ -225,6 +225,16 @@ def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int, *,
             value = torch.from_numpy(rng.integers(0, 3, size=shape)).to(spec.dtype)
         values.append(value)
     return values
+
+
+def _dynamic_dims(spec: Any) -> list[bool]:
+    """Which dims of an input may vary: those with a symbol, or the first of a
+    dynamic tensor whose symbols the file does not say."""
+    if not spec.dynamic:
+        return [False] * len(spec.shape)
+    if spec.symbol_dims is not None:
+        return [isinstance(dim, str) for dim in spec.symbol_dims]
+    return [i == 0 for i in range(len(spec.shape))]
 
 
 # -- route "cli": `exirc run` and `exirc inspect`, in-process -----------------
@@ -250,6 +260,7 @@ def _cli_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[St
         args = ["run", path, "--random", "--seed", str(seed % 1000), "--method", name,
                 "--max-steps", str(limits.max_steps), "--repeat", str(limits.runs)]
         _stage(f"exirc run --method {name}", stages, conn, _cli, args)
+    _stage("exirc run --check", stages, conn, _cli, ["run", path, "--check"])
 
 
 def _inspect(path: str, data: bytes, seed: int, stages: list[Stage], conn: Sender) -> None:

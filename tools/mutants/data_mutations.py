@@ -8,7 +8,9 @@ valid and the mutant reaches the backend's or metadata's own parser.
 
 from __future__ import annotations
 
+import json
 import random
+from typing import Any
 
 from exirc.serialize import program as P
 from tools.mutants import picks
@@ -99,3 +101,69 @@ def named_data(ctx: Context) -> str | None:
     segment = ctx.program.segments[entry.segment_index]
     segment.data, what = flip(segment.data, ctx.rng)
     return f"named_data {entry.key!r} (segment {entry.segment_index}): {what}"
+
+
+_EXPRESSIONS = ["s0*s0*s0*s0*s0*s0", "2**64", "s0//0", "-s0", "s_unknown", "(", "s0-100",
+                "9223372036854775807*2", "0", "", "s0 if s0 else s0", "__import__('os')"]
+
+
+@model_kind("metadata_json")
+def metadata_json(ctx: Context) -> str | None:
+    """A value inside exirc's JSON metadata (symbolic shapes and their bounds,
+    constant names, bundled test cases) becomes another: an edge number, an
+    expression, a shorter list, a missing key. The JSON stays well-formed
+    and, padded with spaces, as long as it was, so what follows it holds."""
+    entries = [e for e in ctx.program.named_data if e.key.startswith("exirc.")
+               and 0 <= e.segment_index < len(ctx.program.segments)]
+    entry = picks.choice(ctx.rng, entries)
+    if entry is None:
+        return None
+    segment = ctx.program.segments[entry.segment_index]
+    data = bytes(segment.data)
+    start = data.find(b"{")
+    if start < 0:
+        return None
+    try:
+        document, end = json.JSONDecoder().raw_decode(data[start:].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    what = _bend_json(document, ctx.rng)
+    text = json.dumps(document, separators=(",", ":")).encode()
+    if what is None or len(text) > end:  # longer would overwrite what follows
+        return None
+    segment.data = data[:start] + text.ljust(end) + data[start + end:]
+    return f"named_data {entry.key!r}: {what}"
+
+
+def _bend_json(document: Any, rng: random.Random) -> str | None:
+    """Change one leaf (or container) somewhere in `document`, in place."""
+    path: list[str] = []
+    node = document
+    while True:
+        children = list(node.items()) if isinstance(node, dict) else \
+            list(enumerate(node)) if isinstance(node, list) else []
+        if not children:
+            return None
+        key, child = rng.choice(children)
+        if isinstance(child, (dict, list)) and child and rng.random() < 0.8:
+            path.append(str(key))
+            node = child
+            continue
+        where = "/".join(path + [str(key)])
+        if isinstance(child, bool) or child is None:
+            new: Any = rng.choice([0, "x", None, True])
+        elif isinstance(child, int):
+            new = rng.choice(picks.EDGE_INTS + [child + 1, -child])
+        elif isinstance(child, float):
+            new = rng.choice([-1.0, 1e308, 0.0])
+        elif isinstance(child, str):
+            new = rng.choice(_EXPRESSIONS)
+        elif isinstance(child, list):
+            new = child[:-1] if child and rng.random() < 0.5 else child + child[:1]
+        else:
+            new = {}
+        if isinstance(node, dict) and rng.random() < 0.15:
+            del node[key]
+            return f"{where} removed"
+        node[key] = new
+        return f"{where}: {str(child)[:40]} -> {str(new)[:40]}"

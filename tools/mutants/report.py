@@ -40,7 +40,8 @@ def figures(results: Sequence[Result], wall_seconds: float | None = None) -> dic
             if stage.name == "load":
                 load_attempts += 1
                 loads += stage.outcome == "ok"
-            elif stage.name.startswith(("run ", "exirc run")) and stage.outcome != "skipped":
+            elif stage.name.startswith(("run ", "exirc run --method")) \
+                    and stage.outcome != "skipped":
                 run_attempts += 1
                 runs += stage.outcome == "ok"
                 ran_once = ran_once or stage.outcome == "ok"
