@@ -27,7 +27,7 @@ from tools.mutants.bases import TEST_BASES, available, cached_bases
 from tools.mutants.catalog import build_catalog
 from tools.mutants.cli_sample import run_sample
 from tools.mutants.generate import UNMUTATED, controls, make_mutant, plan_mutants
-from tools.mutants.runner import Result, run_mutants
+from tools.mutants.runner import Result, run_mutants, stop_fork_server
 
 MUTANTS = 2000
 CLI_SAMPLE = 6  # of them, also through the real `exirc` command in a new process
@@ -54,7 +54,11 @@ def campaign(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     catalog = build_catalog()
     specs = controls(names) + plan_mutants(names, MUTANTS, SEED)
     mutants = ((i, make_mutant(spec, bases[spec.base], catalog)) for i, spec in enumerate(specs))
-    forked = run_mutants(mutants, jobs=JOBS, warm_with=[bases[n] for n in WARM if n in bases])
+    try:
+        forked = run_mutants(mutants, jobs=JOBS,
+                             warm_with=[bases[n] for n in WARM if n in bases])
+    finally:
+        stop_fork_server()
     picked = random.Random(SEED).sample(range(len(controls(names)), len(specs)), CLI_SAMPLE)
     sampled = run_sample([(i, make_mutant(specs[i], bases[specs[i].base], catalog))
                           for i in picked], jobs=JOBS)

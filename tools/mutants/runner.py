@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import sys
 import tempfile
@@ -150,6 +151,17 @@ def _fork_server(warm_with: Sequence[bytes]) -> Any:
 
 
 _warmed = False  # the server imports its list once, when it starts
+
+
+def stop_fork_server() -> None:
+    """Stop the fork server (it holds torch and the runtime in memory), so a
+    test session does not keep it after the suite; the next run starts one."""
+    global _warmed
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    stop = getattr(server, "_stop", None)
+    if callable(stop):
+        stop()
+        _warmed = False
 _SERVER_START_SECONDS = 300.0
 
 
