@@ -69,6 +69,13 @@ def _move(values: Values, source: int, target: int, where: str) -> Step:
     env = values.env
     kind = values.evalues[target]
     if not isinstance(kind, P.Tensor):
+        moved = values.evalues[source]
+        if type(moved) is not type(kind) and not isinstance(kind, P.Null):
+            # Kernels bound at load trust each slot's kind; an Int moved into an
+            # IntList slot would reach them as the wrong Python type.
+            raise FormatError(f"{where} moves value {source} ({type(moved).__name__}) into "
+                              f"value {target} ({type(kind).__name__}), a different kind")
+
         def move_value() -> None:
             env[target] = env[source]
         return move_value
