@@ -37,6 +37,27 @@ def add_constant_program() -> P.Program:
                      constant_segment=P.SubsegmentOffsets(0, offsets))
 
 
+def index_out_of_range_program() -> P.Program:
+    """forward(x: f32[4, 3]) = x[I] with a constant index I = [0, 9]: every
+    argument fits the operator (load-time checks pass), but row 9 does not
+    exist, which only the kernel finds when it reads the index."""
+    values: list[P.EValue] = [
+        _planned(0, [4, 3]),
+        P.Int(0),
+        P.Tensor(P.ScalarType.LONG, [2], [0], data_buffer_idx=1),
+        _planned(64, [2, 3]),
+    ]
+    frame = P.FrameList([P.Frame("model.py", 12, "forward", "return x[self.rows]")])
+    chain = P.Chain(inputs=[0], outputs=[3], instructions=[P.KernelCall(0, [0, 1, 2, 3])],
+                    stacktrace=[frame])
+    plan = P.ExecutionPlan(name="forward", values=values, inputs=[0], outputs=[3],
+                           chains=[chain], operators=[P.Operator("aten::index_select", "out")],
+                           non_const_buffer_sizes=[0, 96])
+    segment, offsets = P.pack_subsegments([b"", struct.pack("<2q", 0, 9)], CONSTANT_ALIGNMENT)
+    return P.Program(execution_plan=[plan], segments=[P.DataSegment(segment)],
+                     constant_segment=P.SubsegmentOffsets(0, offsets))
+
+
 def control_flow_program() -> P.Program:
     """Two methods; `choose` uses every instruction kind and list type."""
     program = add_constant_program()

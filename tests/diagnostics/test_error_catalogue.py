@@ -37,7 +37,7 @@ from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import run
 from tests.compile.test_cli_compile import MLP, NOT_EDGE, RAISES, UNSUPPORTED, write
 from tests.passes.test_pipeline import PLUGIN, portable_with
-from tests.programs import add_constant_program, control_flow_program
+from tests.programs import add_constant_program, control_flow_program, index_out_of_range_program
 from tests.runtime.test_interpreter import loop_program
 from tests.test_error_codes import _all_error_classes
 
@@ -179,13 +179,6 @@ def run_program(build: Callable[[], P.Program], *options: str,
     return argv
 
 
-def bad_add_program() -> P.Program:
-    """x + W where W's recorded shape [3, 2] does not fit x's [2, 3]."""
-    program = add_constant_program()
-    program.execution_plan[0].values[1].sizes = [3, 2]  # type: ignore[union-attr]
-    return program
-
-
 def verify_swapped_relu(directory: Path, plugin: str) -> list[str]:
     """`exirc compile --verify` of MLP with a plugin pass that turns relu into sigmoid."""
     write(directory, "model.py", MLP)
@@ -258,10 +251,10 @@ CASES = [
          exactly("the to_edge pass decomposes it into core ATen ops: run to_edge before, and "
                  "check that no later pass made this node (`exirc compile "
                  "--print-ir-after-all`)")),
-    Case("E0340", 3, run_program(bad_add_program, "--random"),
-         re.escape("while executing instruction 0 (aten::add.out) of method 'forward': "
-                   "RuntimeError: The size of tensor a (3) must match the size of tensor b (2)")
-         + r".*" + re.escape("(from model.py:12 in forward: return x + self.w)"),
+    Case("E0340", 3, run_program(index_out_of_range_program, "--random"),
+         re.escape("while executing instruction 0 (aten::index_select.out) of method "
+                   "'forward': IndexError: index out of range in self")
+         + r".*" + re.escape("(from model.py:12 in forward: return x[self.rows])"),
          exactly(ExecutionError.default_hint)),
     Case("E0341", 3, run_program(loop_program, "--random", "--max-steps", "5"),
          re.escape("method 'forward' did not finish within 5 instructions (the step limit); "

@@ -23,7 +23,7 @@ from exirc.runtime.kernels import KERNELS, KernelRegistry
 from exirc.serialize import program as P
 from exirc.serialize.program import CONSTANT_ALIGNMENT
 from exirc.serialize.writer import serialize
-from tests.programs import add_constant_program, control_flow_program
+from tests.programs import add_constant_program, control_flow_program, index_out_of_range_program
 
 F32 = P.ScalarType.FLOAT
 
@@ -342,17 +342,16 @@ def test_unsupported_element_type_is_named() -> None:
 
 
 def test_kernel_failure_names_the_instruction_and_its_source() -> None:
-    program = add_constant_program()
-    program.execution_plan[0].values[1] = constant(1, [3, 2])  # cannot broadcast with [2, 3]
-    loaded = load(serialize(program))
+    # Shapes that do not fit are refused at load; an index only the kernel reads is not.
+    loaded = load(serialize(index_out_of_range_program()))
     with pytest.raises(ExecutionError) as caught:
-        loaded.run("forward", [torch.zeros(2, 3)])
+        loaded.run("forward", [torch.zeros(4, 3)])
     message = str(caught.value)
-    assert message.startswith("while executing instruction 0 (aten::add.out) of method "
-                              "'forward': RuntimeError: The size of tensor a (3) must match")
-    assert message.endswith("(from model.py:12 in forward: return x + self.w)")
+    assert message.startswith("while executing instruction 0 (aten::index_select.out) of "
+                              "method 'forward': IndexError: index out of range in self")
+    assert message.endswith("(from model.py:12 in forward: return x[self.rows])")
     assert "\n" not in message
-    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert isinstance(caught.value.__cause__, IndexError)
 
 
 def test_dynamic_output_beyond_its_bound_fails_instead_of_overwriting() -> None:

@@ -13,7 +13,7 @@ from exirc.cli.app import main
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from tests.oracle import executorch_pte, requires_executorch, run_with_executorch
-from tests.programs import add_constant_program, control_flow_program
+from tests.programs import add_constant_program, control_flow_program, index_out_of_range_program
 from tests.runtime.test_interpreter import build, loop_program, planned
 
 W = numpy.array([[0.5, -1.0, 2.0], [3.5, 0.0, -0.25]], dtype=numpy.float32)
@@ -169,14 +169,12 @@ def test_unknown_backend_exit_code_4(capsys: pytest.CaptureFixture[str], tmp_pat
 
 
 def test_kernel_failure_exit_code_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    program = add_constant_program()
-    program.execution_plan[0].values[1].sizes = [3, 2]  # type: ignore[union-attr]
     path = tmp_path / "bad.pte"
-    path.write_bytes(serialize(program))
+    path.write_bytes(serialize(index_out_of_range_program()))
     code, _, err = run(capsys, str(path), "--random")
     assert code == 3
-    assert err.startswith("error[E0340]: while executing instruction 0 (aten::add.out) of "
-                          "method 'forward': RuntimeError:")
+    assert err.startswith("error[E0340]: while executing instruction 0 (aten::index_select.out) "
+                          "of method 'forward': IndexError: index out of range in self")
     assert "Traceback" not in err
 
 
