@@ -8,6 +8,7 @@ renaming or removing one is a new version.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -162,7 +163,7 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
                 "kind": type(instr).__name__,
                 "text": instruction_text(plan, instr, context),
                 "source": source_of(frames),
-                **{k: v for k, v in vars(instr).items()},
+                **{f.name: getattr(instr, f.name) for f in dataclasses.fields(instr)},
             })
     value_kinds = Counter(type(v).__name__ for v in plan.values)
     return {

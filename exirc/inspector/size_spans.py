@@ -8,7 +8,7 @@ same way it fails when read for real.
 
 from __future__ import annotations
 
-from exirc.serialize.checked_buffer import CheckedBuffer, TableView
+from exirc.serialize.checked_buffer import CheckedBuffer, Path, TableView
 
 
 class SpanRecorder(CheckedBuffer):
@@ -18,21 +18,22 @@ class SpanRecorder(CheckedBuffer):
         super().__init__(data)
         self.spans: list[tuple[int, int, str]] = []
 
-    def table_at(self, pos: int, path: str) -> TableView:
-        view = super().table_at(pos, path)
-        self.spans.append((pos, pos + view.table_len, path))
-        self.spans.append((view.vtable, view.vtable + view.vtable_len, path))
-        return _RecordingTable(self, view.pos, view.vtable, view.vtable_len, view.table_len,
-                               path)
+    def view(self, pos: int, vtable: int, vtable_len: int, table_len: int,
+             path: str | Path) -> TableView:
+        text = str(path)
+        self.spans.append((pos, pos + table_len, text))
+        self.spans.append((vtable, vtable + vtable_len, text))
+        return _RecordingTable(self, pos, vtable, vtable_len, table_len, path)
 
 
 class _RecordingTable(TableView):
     __slots__ = ()
 
-    def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int, str] | None:
+    def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
         found = super()._vector(slot, elem_size, name)
         if found is not None:
-            start, count, path = found
+            start, count = found
+            path = str(self.field_path(name))
             spans = self._spans()
             # The length prefix apart, so inline data can be charged alone.
             spans.append((start - 4, start, path + "#length"))

@@ -10,7 +10,7 @@ counters, conditions) are `written`: they are read from the table when used.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +37,10 @@ def value_table(program: P.Program, plan: P.ExecutionPlan,
     """The table of `plan`'s values; each tensor that is program state adds
     (where in an arena, initial bytes) to `initial_state`."""
     env: list[Any] = []
+    copies = _Copies()
     for i, value in enumerate(plan.values):
         if isinstance(value, P.Tensor):
-            env.append(_tensor(program, value, arenas, f"{where}.values[{i}]", initial_state))
+            env.append(_tensor(program, value, arenas, where, i, initial_state))
         elif isinstance(value, P.Int):
             env.append(value.int_val)
         elif isinstance(value, P.Double):
@@ -49,25 +50,47 @@ def value_table(program: P.Program, plan: P.ExecutionPlan,
         elif isinstance(value, P.String):
             env.append(value.string_val)
         elif isinstance(value, (P.DoubleList, P.BoolList)):
-            env.append(list(value.items))
+            env.append(copies.of(value.items, lambda items: list(items)))
         else:
             env.append(None)  # Null, and the lists of other values filled below
     for i, value in enumerate(plan.values):
         if isinstance(value, (P.IntList, P.TensorList)):
-            env[i] = [env[item] for item in value.items]
+            env[i] = copies.of(value.items, lambda items: [env[item] for item in items])
         elif isinstance(value, P.OptionalTensorList):
-            env[i] = [None if item == -1 else env[item] for item in value.items]
+            env[i] = copies.of(value.items,
+                               lambda items: [None if item == -1 else env[item] for item in items])
     return env
 
 
-def _tensor(program: P.Program, meta: P.Tensor,
-            arenas: memory.Arenas, where: str,
+class _Copies:
+    """The table's list for each long list of the program, made once.
+
+    A file may point many values at one list table (the reader then shares
+    one list object); copying it per value would cost values x items.
+    """
+
+    SHORT = 16  # shorter lists are copied per value: cheaper than remembering them
+
+    def __init__(self) -> None:
+        self.made: dict[int, list[Any]] = {}
+
+    def of(self, items: list[Any], copy: Callable[[list[Any]], list[Any]]) -> list[Any]:
+        if len(items) <= self.SHORT:
+            return copy(items)
+        made = self.made.get(id(items))
+        if made is None:
+            made = self.made[id(items)] = copy(items)
+        return made
+
+
+def _tensor(program: P.Program, meta: P.Tensor, arenas: memory.Arenas, where: str, index: int,
             initial_state: list[tuple[Any, memoryview]]) -> torch.Tensor:
-    dtype = memory.torch_dtype(meta.scalar_type, where)
+    at = f"{where}.values[{index}]"
+    dtype = memory.torch_dtype(meta.scalar_type, at)
     extra = meta.extra_tensor_info
     if extra is not None and extra.location == P.TensorDataLocation.EXTERNAL:
         raise UnsupportedOperatorError(
-            f"{where} keeps its data outside the program (external data "
+            f"{at} keeps its data outside the program (external data "
             f"{extra.fully_qualified_name!r}), which the interpreter cannot load yet")
     info = meta.allocation_info
     if info is None:
@@ -78,7 +101,7 @@ def _tensor(program: P.Program, meta: P.Tensor,
     if meta.data_buffer_idx:  # mutable state with an initial value, set by reset_state
         start = info.offset
         initial_state.append((arena[start:start + meta.nbytes],
-                              memory.initial_state(program, meta, where)))
+                              memory.initial_state(program, meta, at)))
     return memory.planned_tensor(arena, meta, dtype)
 
 

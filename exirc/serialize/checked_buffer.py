@@ -18,8 +18,12 @@ Errors are `FormatError`s naming the field path, e.g.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from exirc.errors import FormatError
+
+T = TypeVar("T")
 
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
@@ -39,69 +43,137 @@ class CheckedBuffer:
         self.data = data
         self.size = len(data)
         self.budget = _BUDGET_PER_BYTE * self.size + _BUDGET_FLOOR
+        # One bit per 4-byte word: whether a table or string starts there and
+        # was decoded already (FlatBuffer objects are 4-aligned; a misaligned
+        # one only shares a bit with its neighbour, which costs a decode).
+        self._seen = bytearray((self.size >> 5) + 1)
+        self._shared: dict[tuple[int, object], Any] = {}
 
-    def charge(self, units: int, path: str) -> None:
+    def once(self, view: TableView, decode: Callable[[TableView], T]) -> T:
+        """`decode(view)`, made at most twice per table however often it is used.
+
+        An honest FlatBuffer stores most tables once, and some once for many
+        users on purpose (exirc shares an instruction's source frames with
+        every instruction from the same line; a hostile file may point a
+        million values at one table). The first use decodes; a table used
+        again is decoded once more and kept, and later uses share that object,
+        so memory follows the bytes of the file, not the references to them.
+        """
+        return self._once(view.pos, decode, view)
+
+    def _once(self, pos: int, decode: Callable[[Any], T], arg: Any) -> T:
+        word, bit = pos >> 5, 1 << ((pos >> 2) & 7)
+        if not self._seen[word] & bit:
+            self._seen[word] |= bit
+            return decode(arg)
+        key = (pos, decode)
+        if key in self._shared:
+            found: T = self._shared[key]
+            return found
+        made = self._shared[key] = decode(arg)
+        return made
+
+    def charge(self, units: int, path: str | Path) -> None:
         self.budget -= units
         if self.budget < 0:
             raise FormatError(
                 "decoding needs far more work than the file's size justifies "
                 "(offsets share sub-tables); refusing to continue",
-                field=path,
+                field=str(path),
             )
 
-    def check_range(self, pos: int, nbytes: int, path: str) -> None:
+    def check_range(self, pos: int, nbytes: int, path: str | Path) -> None:
         if pos < 0 or nbytes < 0 or pos + nbytes > self.size:
             raise FormatError(
                 f"offset {pos} (+{nbytes} bytes) is outside the {self.size}-byte program data",
-                field=path,
+                field=str(path),
             )
 
-    def read(self, fmt: struct.Struct, pos: int, path: str) -> int:
+    def read(self, fmt: struct.Struct, pos: int, path: str | Path) -> int:
         self.check_range(pos, fmt.size, path)
         value: int = fmt.unpack_from(self.data, pos)[0]
         return value
 
-    def follow(self, pos: int, path: str) -> int:
+    def follow(self, pos: int, path: str | Path) -> int:
         """The position a uoffset stored at `pos` points to."""
         return pos + self.read(_U32, pos, path)
 
     def root(self) -> TableView:
         return self.table_at(self.follow(0, "root"), "root")
 
-    def table_at(self, pos: int, path: str) -> TableView:
+    def table_at(self, pos: int, path: str | Path) -> TableView:
         self.charge(_TABLE_COST, path)
         vtable = pos - self.read(_I32, pos, path)
-        vtable_len = self.read(_U16, vtable, path + "(vtable)")
-        table_len = self.read(_U16, vtable + 2, path + "(vtable)")
+        vtable_len = self.read(_U16, vtable, Path(path, "(vtable)"))
+        table_len = self.read(_U16, vtable + 2, Path(path, "(vtable)"))
         if vtable_len < 4 or vtable_len % 2:
-            raise FormatError(f"vtable length {vtable_len} is invalid", field=path)
+            raise FormatError(f"vtable length {vtable_len} is invalid", field=str(path))
         if table_len < 4:
-            raise FormatError(f"table length {table_len} is invalid", field=path)
-        self.check_range(vtable, vtable_len, path + "(vtable)")
+            raise FormatError(f"table length {table_len} is invalid", field=str(path))
+        self.check_range(vtable, vtable_len, Path(path, "(vtable)"))
         self.check_range(pos, table_len, path)
+        return self.view(pos, vtable, vtable_len, table_len, path)
+
+    def view(self, pos: int, vtable: int, vtable_len: int, table_len: int,
+             path: str | Path) -> TableView:
+        """The view of a checked table (a subclass may record or wrap it)."""
         return TableView(self, pos, vtable, vtable_len, table_len, path)
+
+
+class Path:
+    """A field path, spelled out only when an error (or a report) names it.
+
+    Decoding visits millions of tables in a big program; building the text
+    `root.execution_plan[0].chains[0].instructions[123]` for each would cost
+    more than the tables themselves. A Path keeps its parent and its own
+    part instead: `Path(parent, ".name")`, `Path(parent, "[3]")`.
+    """
+
+    __slots__ = ("parent", "part", "index")
+
+    def __init__(self, parent: str | Path, part: str, index: int | None = None) -> None:
+        self.parent = parent
+        self.part = part
+        self.index = index
+
+    def __str__(self) -> str:
+        parts = []
+        node: str | Path = self
+        while isinstance(node, Path):
+            parts.append(node.part if node.index is None else f"{node.part}[{node.index}]")
+            node = node.parent
+        parts.append(node)
+        return "".join(reversed(parts))
 
 
 class TableView:
     """One table of the buffer; fields are read by slot number."""
 
-    __slots__ = ("buf", "pos", "vtable", "vtable_len", "table_len", "path")
+    __slots__ = ("buf", "pos", "vtable", "vtable_len", "table_len", "where")
 
     def __init__(self, buf: CheckedBuffer, pos: int, vtable: int, vtable_len: int,
-                 table_len: int, path: str) -> None:
+                 table_len: int, where: str | Path) -> None:
         self.buf = buf
         self.pos = pos
         self.vtable = vtable
         self.vtable_len = vtable_len
         self.table_len = table_len
-        self.path = path
+        self.where = where
+
+    @property
+    def path(self) -> str:
+        """Where the table is, e.g. `root.execution_plan[0].values[3]`."""
+        return str(self.where)
+
+    def field_path(self, name: str, index: int | None = None) -> Path:
+        return Path(self.where, f".{name}", index)
 
     def _field(self, slot: int, nbytes: int, name: str) -> int | None:
         """Absolute position of field `slot`, or None when absent."""
         entry = 4 + 2 * slot
         if entry + 2 > self.vtable_len:
             return None
-        offset = self.buf.read(_U16, self.vtable + entry, self.path)
+        offset: int = _U16.unpack_from(self.buf.data, self.vtable + entry)[0]  # vtable checked
         if offset == 0:
             return None
         if offset + nbytes > self.table_len:
@@ -122,22 +194,22 @@ class TableView:
         pos = self._field(slot, 4, name)
         if pos is None:
             return None
-        path = f"{self.path}.{name}"
+        path = self.field_path(name)
         return self.buf.table_at(self.buf.follow(pos, path), path)
 
-    def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int, str] | None:
-        """(first element position, element count, path) of a vector field."""
+    def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
+        """(first element position, element count) of a vector field."""
         pos = self._field(slot, 4, name)
         if pos is None:
             return None
-        path = f"{self.path}.{name}"
+        path = self.field_path(name)
         start = self.buf.follow(pos, path)
         count = self.buf.read(_U32, start, path)
         # Check the declared length against the bytes present before
         # anything is built from it: 0xFFFFFFFF must not allocate.
         self.buf.check_range(start + 4, count * elem_size, path)
         self.buf.charge(count * max(elem_size, 1), path)
-        return start + 4, count, path
+        return start + 4, count
 
     def scalars(self, slot: int, fmt: str, name: str) -> list[int]:
         """A vector of scalars, e.g. fmt "i" for [int]."""
@@ -145,43 +217,44 @@ class TableView:
         found = self._vector(slot, size, name)
         if found is None:
             return []
-        start, count, _ = found
+        start, count = found
         return list(struct.unpack_from(f"<{count}{fmt}", self.buf.data, start))
 
     def floats(self, slot: int, name: str) -> list[float]:
         found = self._vector(slot, 8, name)
         if found is None:
             return []
-        start, count, _ = found
+        start, count = found
         return list(struct.unpack_from(f"<{count}d", self.buf.data, start))
 
     def byte_vector(self, slot: int, name: str) -> bytes:
         found = self._vector(slot, 1, name)
         if found is None:
             return b""
-        start, count, _ = found
+        start, count = found
         return bytes(self.buf.data[start:start + count])
 
-    def tables(self, slot: int, name: str) -> list[TableView]:
+    def tables(self, slot: int, name: str) -> Iterator[TableView]:
+        """The tables of a vector field, one at a time (a vector of a million
+        tables is never a million views at once)."""
         found = self._vector(slot, 4, name)
         if found is None:
-            return []
-        start, count, path = found
+            return
+        start, count = found
         buf = self.buf
-        return [
-            buf.table_at(buf.follow(start + 4 * i, f"{path}[{i}]"), f"{path}[{i}]")
-            for i in range(count)
-        ]
+        part = f".{name}"
+        for i in range(count):
+            path = Path(self.where, part, i)
+            yield buf.table_at(buf.follow(start + 4 * i, path), path)
 
     def string(self, slot: int, name: str) -> str | None:
+        """A string field; one the file stores once for many tables (file names
+        and code lines of stack frames) is one `str` for all of them."""
         found = self._vector(slot, 1, name)
         if found is None:
             return None
-        start, count, path = found
-        try:
-            return bytes(self.buf.data[start:start + count]).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise FormatError(f"string is not valid UTF-8 ({error.reason})", field=path) from None
+        start, count = found
+        return self.buf._once(start - 4, _utf8, (self, start, count, name))
 
     def union(self, type_slot: int, value_slot: int, name: str,
               members: tuple[type, ...]) -> tuple[type, TableView]:
@@ -197,6 +270,16 @@ class TableView:
         if table is None:
             raise FormatError("union value is missing", field=f"{self.path}.{name}")
         return member, table
+
+
+def _utf8(where: tuple[TableView, int, int, str]) -> str:
+    """The text of the string field `name` of a table, `count` bytes at `start`."""
+    view, start, count, name = where
+    try:
+        return bytes(view.buf.data[start:start + count]).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FormatError(f"string is not valid UTF-8 ({error.reason})",
+                          field=f"{view.path}.{name}") from None
 
 
 U8 = _U8

@@ -86,7 +86,7 @@ def execution_plan(t: TableView) -> P.ExecutionPlan:
         name=t.string(0, "name") or "",
         container_meta_type=None if meta is None else P.ContainerMetadata(
             meta.string(0, "encoded_inp_str") or "", meta.string(1, "encoded_out_str") or ""),
-        values=[evalue(x) for x in t.tables(2, "values")],
+        values=[t.buf.once(x, evalue) for x in t.tables(2, "values")],
         inputs=t.scalars(3, "i", "inputs"),
         outputs=t.scalars(4, "i", "outputs"),
         chains=[chain(x) for x in t.tables(5, "chains")],
@@ -119,13 +119,19 @@ def delegate(t: TableView) -> P.BackendDelegate:
 
 
 def chain(t: TableView) -> P.Chain:
+    once = t.buf.once
     return P.Chain(
         inputs=t.scalars(0, "i", "inputs"),
         outputs=t.scalars(1, "i", "outputs"),
-        instructions=[instruction(x) for x in t.tables(2, "instructions")],
-        stacktrace=[P.FrameList([frame(f) for f in x.tables(0, "items")])
-                    for x in t.tables(3, "stacktrace")],
+        instructions=[once(x, instruction) for x in t.tables(2, "instructions")],
+        # exirc's writer stores the frames of one source line once for all
+        # its instructions: decoded once, shared likewise.
+        stacktrace=[once(x, frame_list) for x in t.tables(3, "stacktrace")],
     )
+
+
+def frame_list(t: TableView) -> P.FrameList:
+    return P.FrameList([t.buf.once(f, frame) for f in t.tables(0, "items")])
 
 
 def frame(t: TableView) -> P.Frame:

@@ -15,6 +15,10 @@ from exirc.serialize import program as P
 # small enough that size arithmetic stays far from overflow.
 MAX_TENSOR_BYTES = 1 << 48
 
+# Lists up to this long are checked wherever they are used: cheaper than
+# remembering them, and bounded per use.
+_SHORT_LIST = 16
+
 
 def validate_program(program: P.Program) -> None:
     segment_sizes = [len(s.data) for s in program.segments]
@@ -82,6 +86,10 @@ class _PlanChecker:
         self.path = path
         self.constant_sizes = constant_sizes
         self.num_values = len(plan.values)
+        # Long lists already checked, by identity: a file may point many values
+        # at one list table (the reader then shares one object), and checking
+        # it again per value would cost values x items.
+        self.checked_lists: set[int] = set()
 
     def value(self, index: int, field: str) -> None:
         _index(index, self.num_values, f"{self.path}.{field}", "values")
@@ -115,6 +123,10 @@ class _PlanChecker:
 
     def check_items(self, items: list[int], kinds: tuple[type, ...], field: str) -> None:
         """List items are value indices; each must name a value of `kinds`."""
+        if len(items) > _SHORT_LIST:
+            if id(items) in self.checked_lists:
+                return
+            self.checked_lists.add(id(items))
         names = " or ".join(kind.__name__ for kind in kinds)
         for j, index in enumerate(items):
             if index == -1 and P.Null in kinds:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class KernelCall:
     """Schema: table KernelCall. Arguments in schema order, outputs last."""
 
@@ -14,7 +14,7 @@ class KernelCall:
     args: list[int]
 
 
-@dataclass
+@dataclass(slots=True)
 class DelegateCall:
     """Schema: table DelegateCall."""
 
@@ -22,7 +22,7 @@ class DelegateCall:
     args: list[int]
 
 
-@dataclass
+@dataclass(slots=True)
 class MoveCall:
     """Schema: table MoveCall."""
 
@@ -30,7 +30,7 @@ class MoveCall:
     move_to: int
 
 
-@dataclass
+@dataclass(slots=True)
 class JumpFalseCall:
     """Schema: table JumpFalseCall. Jumps when the Bool value is false."""
 
@@ -38,7 +38,7 @@ class JumpFalseCall:
     destination_instruction: int
 
 
-@dataclass
+@dataclass(slots=True)
 class FreeCall:
     """Schema: table FreeCall."""
 
@@ -51,7 +51,7 @@ Instruction = KernelCall | DelegateCall | MoveCall | JumpFalseCall | FreeCall
 INSTRUCTION_TYPES: tuple[type, ...] = (KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall)
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     """Schema: table Frame. One source frame of an instruction."""
 
@@ -61,14 +61,14 @@ class Frame:
     context: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class FrameList:
     """Schema: table FrameList. The frames of one instruction, outermost first."""
 
     items: list[Frame] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Chain:
     """Schema: table Chain. `stacktrace` is empty or parallel to `instructions`."""
 

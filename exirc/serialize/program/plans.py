@@ -17,7 +17,7 @@ class DataLocation(enum.IntEnum):
     SEGMENT = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class Operator:
     """Schema: table Operator, e.g. name `aten::add`, overload `out`."""
 
@@ -29,7 +29,7 @@ class Operator:
         return f"{self.name}.{self.overload}" if self.overload else self.name
 
 
-@dataclass
+@dataclass(slots=True)
 class CompileSpec:
     """Schema: table CompileSpec."""
 
@@ -37,7 +37,7 @@ class CompileSpec:
     value: bytes
 
 
-@dataclass
+@dataclass(slots=True)
 class BackendDelegateDataReference:
     """Schema: table BackendDelegateDataReference."""
 
@@ -45,7 +45,7 @@ class BackendDelegateDataReference:
     index: int
 
 
-@dataclass
+@dataclass(slots=True)
 class BackendDelegate:
     """Schema: table BackendDelegate."""
 
@@ -54,7 +54,7 @@ class BackendDelegate:
     compile_specs: list[CompileSpec] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ContainerMetadata:
     """Schema: table ContainerMetadata (pytree specs of inputs and outputs)."""
 
@@ -62,7 +62,7 @@ class ContainerMetadata:
     encoded_out_str: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class NonConstBufferDevice:
     """Schema: table NonConstBufferDevice."""
 
@@ -71,7 +71,7 @@ class NonConstBufferDevice:
     device_index: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class ExecutionPlan:
     """Schema: table ExecutionPlan. One method of the program."""
 

@@ -15,21 +15,21 @@ SCHEMA_VERSION = 0
 CONSTANT_ALIGNMENT = 16
 
 
-@dataclass
+@dataclass(slots=True)
 class Buffer:
     """Schema: table Buffer (constant data inside the FlatBuffer)."""
 
     storage: bytes
 
 
-@dataclass
+@dataclass(slots=True)
 class BackendDelegateInlineData:
     """Schema: table BackendDelegateInlineData."""
 
     data: bytes
 
 
-@dataclass
+@dataclass(slots=True)
 class DataSegment:
     """Schema: table DataSegment, carrying its bytes (offset/size are layout).
 
@@ -40,7 +40,7 @@ class DataSegment:
     data: bytes | memoryview
 
 
-@dataclass
+@dataclass(slots=True)
 class SubsegmentOffsets:
     """Schema: table SubsegmentOffsets. Sub-buffer starts inside a segment."""
 
@@ -48,7 +48,7 @@ class SubsegmentOffsets:
     offsets: list[int] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class NamedData:
     """Schema: table NamedData."""
 
@@ -56,7 +56,7 @@ class NamedData:
     segment_index: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Program:
     """Schema: table Program, the root of a `.pte` file."""
 

@@ -30,7 +30,7 @@ class DeviceType(enum.IntEnum):
     CUDA = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class AllocationDetails:
     """Schema: table AllocationDetails. Where a planned tensor lives."""
 
@@ -53,7 +53,7 @@ class AllocationDetails:
 FIRST_SHARED_BUFFER = 2
 
 
-@dataclass
+@dataclass(slots=True)
 class ExtraTensorInfo:
     """Schema: table ExtraTensorInfo."""
 
@@ -64,7 +64,7 @@ class ExtraTensorInfo:
     device_index: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Tensor:
     """Schema: table Tensor.
 
@@ -97,40 +97,40 @@ class Tensor:
         return self.numel * self.scalar_type.itemsize
 
 
-@dataclass
+@dataclass(slots=True)
 class Null:
     """Schema: table Null (None, e.g. an absent optional argument)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Int:
     """Schema: table Int."""
 
     int_val: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Bool:
     """Schema: table Bool."""
 
     bool_val: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class Double:
     """Schema: table Double."""
 
     double_val: float
 
 
-@dataclass
+@dataclass(slots=True)
 class String:
     """Schema: table String."""
 
     string_val: str
 
 
-@dataclass
+@dataclass(slots=True)
 class IntList:
     """Schema: table IntList. Holds value indices of `Int` values, not ints.
 
@@ -141,28 +141,28 @@ class IntList:
     items: list[int]
 
 
-@dataclass
+@dataclass(slots=True)
 class DoubleList:
     """Schema: table DoubleList."""
 
     items: list[float]
 
 
-@dataclass
+@dataclass(slots=True)
 class BoolList:
     """Schema: table BoolList."""
 
     items: list[bool]
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorList:
     """Schema: table TensorList. Holds value indices of tensors."""
 
     items: list[int]
 
 
-@dataclass
+@dataclass(slots=True)
 class OptionalTensorList:
     """Schema: table OptionalTensorList. Value indices of tensors or nulls."""
 
