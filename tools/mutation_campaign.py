@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sample = random.Random(args.seed).sample(range(len(specs)), min(args.cli_sample, len(specs)))
     print(f"running {len(sample)} mutants through the real command line...", file=sys.stderr)
     results += run_sample([(len(specs) + i, make_mutant(specs[i], bases[specs[i].base], catalog))
-                           for i in sample], jobs=args.jobs)
+                           for i in sample], runs=args.cli_sample // 2, jobs=args.jobs)
     return _report(results, names, time.monotonic() - started, Path(args.out))
 
 

@@ -30,7 +30,8 @@ from tools.mutants.generate import UNMUTATED, controls, make_mutant, plan_mutant
 from tools.mutants.runner import Result, run_mutants, stop_fork_server
 
 MUTANTS = 2000
-CLI_SAMPLE = 6  # of them, also through the real `exirc` command in a new process
+CLI_SAMPLE = 20  # of them, also through the real `exirc inspect` in a new process,
+CLI_RUNS = 6  # and this many through the real `exirc run` (seconds each: it imports torch)
 SEED = 16
 JOBS = 2
 # At least this share of mutants must run a method to its end at least once.
@@ -61,7 +62,7 @@ def campaign(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         stop_fork_server()
     picked = random.Random(SEED).sample(range(len(controls(names)), len(specs)), CLI_SAMPLE)
     sampled = run_sample([(i, make_mutant(specs[i], bases[specs[i].base], catalog))
-                          for i in picked], jobs=JOBS)
+                          for i in picked], runs=CLI_RUNS, jobs=JOBS)
     return forked, sampled
 
 

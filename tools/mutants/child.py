@@ -31,7 +31,7 @@ import exirc.runtime.loader  # noqa: F401 (imported here, once, by the fork serv
 from exirc.cli.app import cli
 from exirc.errors import ExircError, InternalError
 from exirc.runtime import load
-from exirc.serialize import deserialize
+from exirc.serialize import bundled_cases, deserialize
 
 # What the fork server imports before forking, so a mutant's process starts warm.
 PRELOAD = ["tools.mutants.child"]
@@ -246,6 +246,14 @@ def _cli(args: list[str]) -> None:
         cli.main(args=args, prog_name="exirc", standalone_mode=False)
 
 
+def _has_bundle(data: bytes) -> bool:
+    try:
+        return any(entry.key == bundled_cases.NAMED_DATA_KEY
+                   for entry in deserialize(data).named_data)
+    except ExircError:
+        return True  # unreadable: let `--check` say so
+
+
 def _method_names(data: bytes) -> list[str]:
     try:
         return [plan.name for plan in deserialize(data).execution_plan]
@@ -260,7 +268,8 @@ def _cli_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[St
         args = ["run", path, "--random", "--seed", str(seed % 1000), "--method", name,
                 "--max-steps", str(limits.max_steps), "--repeat", str(limits.runs)]
         _stage(f"exirc run --method {name}", stages, conn, _cli, args)
-    _stage("exirc run --check", stages, conn, _cli, ["run", path, "--check"])
+    if _has_bundle(data):
+        _stage("exirc run --check", stages, conn, _cli, ["run", path, "--check"])
 
 
 def _inspect(path: str, data: bytes, seed: int, stages: list[Stage], conn: Sender) -> None:

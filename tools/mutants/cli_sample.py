@@ -22,27 +22,33 @@ from tools.mutants.child import Stage
 from tools.mutants.generate import Mutant
 from tools.mutants.runner import Result
 
-COMMANDS = (["run", "{path}", "--random", "--max-steps", "100000"],
-            ["inspect", "{path}", "--json", "--show", "memory", "--show", "size"])
+INSPECT = ["inspect", "{path}", "--json", "--show", "memory", "--show", "size"]
+RUN = ["run", "{path}", "--random", "--max-steps", "100000"]
 
 
-def run_sample(mutants: Sequence[tuple[int, Mutant]], *, jobs: int = 2, timeout: float = 30.0,
-               memory_bytes: int = 4 << 30) -> list[Result]:
-    """Each mutant through each command in `COMMANDS`, `jobs` processes at a time."""
+def run_sample(mutants: Sequence[tuple[int, Mutant]], *, runs: int | None = None,
+               jobs: int = 2, timeout: float = 30.0, memory_bytes: int = 4 << 30
+               ) -> list[Result]:
+    """Each mutant through `exirc inspect`, and the first `runs` (all if None)
+    through `exirc run` too (which imports torch: seconds each), `jobs`
+    processes at a time."""
     with tempfile.TemporaryDirectory(prefix="mutants-cli-") as folder, \
             ThreadPoolExecutor(max_workers=jobs) as pool:
         work = [(index, mutant, Path(folder) / f"{index}.pte") for index, mutant in mutants]
         for _, mutant, path in work:
             path.write_bytes(mutant.data)
-        futures = [pool.submit(_one, index, mutant, path, timeout, memory_bytes)
-                   for index, mutant, path in work]
+        futures = [pool.submit(_one, index, mutant, path,
+                               [RUN, INSPECT] if runs is None or n < runs else [INSPECT],
+                               timeout, memory_bytes)
+                   for n, (index, mutant, path) in enumerate(work)]
         return [future.result() for future in futures]
 
 
-def _one(index: int, mutant: Mutant, path: Path, timeout: float, memory_bytes: int) -> Result:
+def _one(index: int, mutant: Mutant, path: Path, commands: list[list[str]], timeout: float,
+         memory_bytes: int) -> Result:
     result = Result(index, mutant, "ok")
     started = time.monotonic()
-    for command in COMMANDS:
+    for command in commands:
         args = [arg.format(path=path) for arg in command]
         name = f"process: exirc {' '.join(command[:1] + command[2:])}"
         result.last_stage = name

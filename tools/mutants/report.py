@@ -67,6 +67,9 @@ def figures(results: Sequence[Result], wall_seconds: float | None = None) -> dic
         "seconds_max": round(max(seconds, default=0.0), 3),
         "peak_rss_mib_p99": round(percentile(rss, 0.99) / 1024, 1),
         "peak_rss_mib_max": round(max(rss, default=0) / 1024, 1),
+        "slowest": max(forked, key=lambda r: r.seconds).mutant.spec.label if forked else None,
+        "largest": max(forked, key=lambda r: r.peak_rss_kib or 0).mutant.spec.label
+        if forked else None,
         "wall_seconds": round(wall_seconds, 1) if wall_seconds is not None else None,
     }
 
@@ -91,6 +94,7 @@ def table(fig: dict[str, Any]) -> str:
         ("time per mutant (forked) p50 / p99 / max",
          f"{fig['seconds_p50']} / {fig['seconds_p99']} / {fig['seconds_max']} s"),
         ("peak RSS p99 / max", f"{fig['peak_rss_mib_p99']} / {fig['peak_rss_mib_max']} MiB"),
+        ("slowest / largest mutant", f"`{fig['slowest']}` / `{fig['largest']}`"),
     ]
     if fig.get("wall_seconds") is not None:
         rows.append(("wall time", f"{fig['wall_seconds']} s"))

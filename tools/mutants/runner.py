@@ -7,7 +7,8 @@ milliseconds instead of the seconds importing torch takes, and nothing one
 mutant does (a corrupted heap, a leaked thread) reaches the next.
 
 The runner classifies each process's end: a signal is a `crash`, a process
-still running after the timeout is killed and is a `hang`, a stage that
+with one stage (a load, a run, an inspect view) still running after the
+timeout is killed and is a `hang`, a stage that
 raised anything but a typed exirc error is a `traceback`, an allocation that
 failed under the memory limit is `memory`; otherwise the mutant was refused
 with a typed error (`typed`) or ran (`ok`).
@@ -40,6 +41,9 @@ MEMORY_SIGNS = ("can't allocate memory", "MemoryError", "out of memory", "std::b
 
 
 DEFAULT_LIMITS = Limits()
+# A mutant has about ten stages, each given the timeout; all of them together
+# get this many timeouts, so a mutant of many slow stages still ends.
+STAGES_PER_TIMEOUT = 4
 
 
 @dataclass
@@ -76,9 +80,15 @@ class _Running:
     conn: Connection
     log_path: str
     started: float
+    stage_started: float = 0.0  # when the current stage began (the clock a hang is timed by)
     last_stage: str = ""
     done: tuple[Any, ...] | None = None
     closed: bool = False  # the child's end of the pipe is closed: wait on its sentinel only
+
+    def deadline(self, timeout: float) -> float:
+        """When the process is late: one stage (a load, a run, an inspect view)
+        past `timeout`, or the whole mutant past `STAGES_PER_TIMEOUT` of them."""
+        return min(self.stage_started + timeout, self.started + STAGES_PER_TIMEOUT * timeout)
 
 
 def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
@@ -105,14 +115,14 @@ def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
             if not running:
                 break
             now = time.monotonic()
-            deadline = min(r.started + timeout for r in running)
+            deadline = min(r.deadline(timeout) for r in running)
             ready = wait([r.conn for r in running if not r.closed]
                          + [r.process.sentinel for r in running],
                          timeout=max(0.0, deadline - now))
             for run in list(running):
                 _drain(run)
                 finished = run.process.sentinel in ready or not run.process.is_alive()
-                late = time.monotonic() - run.started > timeout
+                late = time.monotonic() > run.deadline(timeout)
                 if finished or late:
                     result = _finish(run, hung=late and not finished)
                     running.remove(run)
@@ -175,7 +185,7 @@ def _start(context: Any, index: int, mutant: Mutant, limits: Limits, logs: str) 
     with _no_main_module():
         process.start()
     send.close()  # the child's end: EOF here once the child is gone
-    return _Running(index, mutant, process, receive, log_path, started)
+    return _Running(index, mutant, process, receive, log_path, started, started)
 
 
 @contextlib.contextmanager
@@ -201,6 +211,7 @@ def _drain(run: _Running) -> None:
             message = run.conn.recv()
             if message[0] == "stage":
                 run.last_stage = message[1]
+                run.stage_started = time.monotonic()
             else:
                 run.done = message
     except (EOFError, OSError):
