@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import click
 
 from exirc.cli.style import styler
 from exirc.inspector.describe import describe, program_shapes
+from exirc.inspector.lazy_json import write_json
 from exirc.inspector.memory_report import MethodMemory, memory_report
 from exirc.inspector.memory_report_text import render_memory
 from exirc.inspector.quantization_text import render_quantization
@@ -69,7 +69,7 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
             # Added to the existing "size" buckets: keys may be added within
             # a format version, never renamed.
             info["size"].update(size.to_json())
-        click.echo(json.dumps(info, indent=2))
+        write_json(info, sys.stdout)  # made and written a part at a time
         return
     bold = styler(sys.stdout, bold=True)
     texts = []

@@ -14,20 +14,27 @@ because several values may describe the same memory by design (the two ends
 of a MoveCall, an alias). Two distinct regions whose bytes and lifetimes
 both overlap would corrupt each other at run time: a planner bug, reported
 as a warning. `memory_report_text` and `memory_report_html` render the report.
+
+Costs follow the file, however it is shaped: planned tensors, regions and
+their live spans are kept as arrays, not objects; an arena's live bytes are
+a step function (they change only where a region's life starts or ends),
+not one number per instruction; arenas, their tensors and per-position
+figures are made when a view asks for them; and the search for overlapping
+regions is bounded work (past it the report says the check was cut short).
 """
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
+
+from exirc.inspector.lazy_json import Lazy
 from exirc.inspector.listing import instruction_text, source_of, value_type
-from exirc.inspector.value_lifetimes import (
-    Lifetime,
-    loop_ranges,
-    merge_spans,
-    value_lifetimes,
-)
+from exirc.inspector.value_lifetimes import NONE, Lifetime, lifetimes, loop_ranges
 from exirc.serialize import program as P
 
 # How many of the largest tensors live at the peak a report lists.
@@ -35,9 +42,17 @@ LARGEST_AT_PEAK = 5
 # Warnings beyond this many are counted, not listed (a broken plan can
 # produce thousands).
 MAX_WARNINGS = 20
+# Per-position live bytes a method's JSON gives at most, over all its arenas
+# (`live_steps` always has the same figures, compactly).
+MAX_LIVE_BYTES = 1 << 22
+# Pairs of regions the overlap check may compare, per region and in all.
+_PAIRS_PER_BLOCK = 64
+_PAIRS_FLOOR = 1 << 20
+
+Array = numpy.typing.NDArray[numpy.int64]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InstructionSite:
     """Where a position is: its chain, index there, text and source line."""
 
@@ -52,7 +67,7 @@ class InstructionSite:
                 "text": self.text, "source": self.source}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlannedTensor:
     value: int
     memory_id: int
@@ -67,7 +82,7 @@ class PlannedTensor:
                 "lifetime": None if self.lifetime is None else list(self.lifetime)}
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
     """One distinct region of an arena and the values that describe it."""
 
@@ -95,17 +110,160 @@ class Block:
                 "bytes": self.nbytes, "lifetimes": [list(span) for span in self.live]}
 
 
-@dataclass
+class _Planned:
+    """A method's planned tensors and their regions, as arrays.
+
+    Tensors are sorted by (memory_id, offset, bytes, value): an arena is a
+    run of them, a region (block) a run within it. `spans` are each region's
+    merged live spans, in region order.
+    """
+
+    def __init__(self, plan: P.ExecutionPlan, first: Array, last: Array) -> None:
+        self.plan = plan
+        indices, ids, offsets, sizes = [], [], [], []
+        for index, evalue in enumerate(plan.values):
+            if isinstance(evalue, P.Tensor) and evalue.allocation_info is not None:
+                indices.append(index)
+                ids.append(evalue.allocation_info.memory_id)
+                offsets.append(evalue.allocation_info.offset)
+                sizes.append(evalue.nbytes)
+        value = numpy.array(indices, dtype=numpy.int64)
+        memory_id = numpy.array(ids, dtype=numpy.int64)
+        offset = numpy.array(offsets, dtype=numpy.int64)
+        nbytes = numpy.array(sizes, dtype=numpy.int64)
+        del indices, ids, offsets, sizes
+        order = numpy.lexsort((value, nbytes, offset, memory_id))
+        self.value, self.memory_id = value[order], memory_id[order]
+        self.offset, self.nbytes = offset[order], nbytes[order]
+        self.first, self.last = first[self.value], last[self.value]
+        # Regions: runs of equal (memory_id, offset, bytes).
+        count = len(self.value)
+        starts = numpy.ones(count, dtype=bool)
+        if count:
+            starts[1:] = (numpy.diff(self.memory_id) != 0) | (numpy.diff(self.offset) != 0) \
+                | (numpy.diff(self.nbytes) != 0)
+        self.block_start = numpy.flatnonzero(starts).astype(numpy.int64)
+        self.block_end = numpy.append(self.block_start[1:], count).astype(numpy.int64)
+        self._spans()
+
+    def _spans(self) -> None:
+        """Merge each region's tensor lifetimes into its live spans."""
+        span_first: list[int] = []
+        span_last: list[int] = []
+        span_start = numpy.zeros(len(self.block_start) + 1, dtype=numpy.int64)
+        first, last = self.first, self.last
+        for b, (lo, hi) in enumerate(zip(self.block_start.tolist(), self.block_end.tolist())):
+            spans = sorted((int(first[k]), int(last[k])) for k in range(lo, hi)
+                           if first[k] != NONE)
+            merged: list[list[int]] = []
+            for f, last_ in spans:
+                if merged and f <= merged[-1][1] + 1:
+                    merged[-1][1] = max(merged[-1][1], last_)
+                else:
+                    merged.append([f, last_])
+            for f, last_ in merged:
+                span_first.append(f)
+                span_last.append(last_)
+            span_start[b + 1] = len(span_first)
+        self.span_first = numpy.array(span_first, dtype=numpy.int64)
+        self.span_last = numpy.array(span_last, dtype=numpy.int64)
+        self.span_start = span_start
+
+    def arena_ranges(self) -> dict[int, tuple[int, int, int, int]]:
+        """memory_id -> (first tensor, end tensor, first block, end block)."""
+        ranges: dict[int, tuple[int, int, int, int]] = {}
+        if not len(self.value):
+            return ranges
+        ids = self.memory_id
+        edges = numpy.flatnonzero(numpy.diff(ids)) + 1
+        starts = numpy.concatenate(([0], edges)).tolist()
+        ends = numpy.concatenate((edges, [len(ids)])).tolist()
+        block_of = numpy.searchsorted(self.block_start, starts).tolist()
+        block_end = numpy.searchsorted(self.block_start, ends).tolist()
+        for lo, hi, b_lo, b_hi in zip(starts, ends, block_of, block_end):
+            ranges[int(ids[lo])] = (lo, hi, b_lo, b_hi)
+        return ranges
+
+    def tensor(self, k: int) -> PlannedTensor:
+        """Tensor `k` in sorted order."""
+        index = int(self.value[k])
+        value = self.plan.values[index]
+        first = int(self.first[k])
+        return PlannedTensor(index, int(self.memory_id[k]), int(self.offset[k]),
+                             int(self.nbytes[k]), value_type(value),
+                             None if first == NONE else (first, int(self.last[k])))
+
+    def block(self, b: int) -> Block:
+        lo, hi = int(self.block_start[b]), int(self.block_end[b])
+        s_lo, s_hi = int(self.span_start[b]), int(self.span_start[b + 1])
+        return Block(int(self.memory_id[lo]), int(self.offset[lo]), int(self.nbytes[lo]),
+                     [self.tensor(k) for k in range(lo, hi)],
+                     list(zip(self.span_first[s_lo:s_hi].tolist(),
+                              self.span_last[s_lo:s_hi].tolist())))
+
+    def spans_of(self, b: int) -> list[Lifetime]:
+        s_lo, s_hi = int(self.span_start[b]), int(self.span_start[b + 1])
+        return list(zip(self.span_first[s_lo:s_hi].tolist(), self.span_last[s_lo:s_hi].tolist()))
+
+
 class ArenaReport:
-    memory_id: int
-    size: int
-    tensors: list[PlannedTensor]
-    blocks: list[Block]
-    live_bytes: list[int]  # per position
-    peak_bytes: int
-    peak_position: int | None  # None when nothing is ever live
-    peak_site: InstructionSite | None  # also None in a method without instructions
-    largest_at_peak: list[Block]
+    """One arena of a method: its size, its planned tensors and how many of its
+    bytes are live at each position (a step function: `live_steps`)."""
+
+    def __init__(self, planned: _Planned, memory_id: int, size: int, positions: int,
+                 ranges: tuple[int, int, int, int] | None) -> None:
+        self._planned = planned
+        self.memory_id = memory_id
+        self.size = size
+        self.positions = positions
+        self._ranges = ranges or (0, 0, 0, 0)
+        self.live_steps = self._live_steps()
+        self.peak_bytes = max((live for _, live in self.live_steps), default=0)
+        self.peak_position: int | None = None  # None when nothing is ever live
+        self.peak_site: InstructionSite | None = None  # also None without instructions
+        self.largest_at_peak: list[Block] = []
+        if self.peak_bytes > 0:
+            self.peak_position = next(p for p, live in self.live_steps if live == self.peak_bytes)
+            self.peak_site = instruction_site(planned.plan, self.peak_position)
+            self.largest_at_peak = self._largest_at(self.peak_position)
+
+    @property
+    def tensor_count(self) -> int:
+        lo, hi, _, _ = self._ranges
+        return hi - lo
+
+    @property
+    def tensors(self) -> Lazy[PlannedTensor]:
+        """The arena's planned tensors, in value order."""
+        lo, hi, _, _ = self._ranges
+        planned = self._planned
+
+        def made() -> Iterator[PlannedTensor]:
+            by_value = numpy.argsort(planned.value[lo:hi], kind="stable") + lo
+            for k in by_value.tolist():
+                yield planned.tensor(k)
+        return Lazy(hi - lo, made)
+
+    @property
+    def blocks(self) -> list[Block]:
+        _, _, b_lo, b_hi = self._ranges
+        return [self._planned.block(b) for b in range(b_lo, b_hi)]
+
+    @property
+    def live_bytes(self) -> list[int]:
+        """Live bytes at each position."""
+        return list(self.live_bytes_lazy())
+
+    def live_bytes_lazy(self) -> Lazy[int]:
+        def made() -> Iterator[int]:
+            steps = self.live_steps
+            live, k = 0, 0
+            for position in range(self.positions):
+                while k < len(steps) and steps[k][0] <= position:
+                    live = steps[k][1]
+                    k += 1
+                yield live
+        return Lazy(self.positions, made)
 
     @property
     def wasted_bytes(self) -> int:
@@ -116,7 +274,38 @@ class ArenaReport:
     def fragmentation(self) -> float:
         return 1 - self.peak_bytes / self.size if self.size else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def _live_steps(self) -> list[tuple[int, int]]:
+        """(position, live bytes from there on) wherever the figure changes."""
+        _, _, b_lo, b_hi = self._ranges
+        planned = self._planned
+        s_lo, s_hi = int(planned.span_start[b_lo]), int(planned.span_start[b_hi])
+        if s_lo == s_hi:
+            return []
+        counts = numpy.diff(planned.span_start[b_lo:b_hi + 1])
+        sizes = numpy.repeat(planned.nbytes[planned.block_start[b_lo:b_hi]], counts)
+        at = numpy.concatenate((planned.span_first[s_lo:s_hi], planned.span_last[s_lo:s_hi] + 1))
+        change = numpy.concatenate((sizes, -sizes))
+        order = numpy.argsort(at, kind="stable")
+        at, running = at[order], numpy.cumsum(change[order])
+        # The figure after all changes at one position: the last of each run.
+        last = numpy.append(numpy.flatnonzero(numpy.diff(at)), len(at) - 1)
+        keep = at[last] < self.positions
+        return list(zip(at[last][keep].tolist(), running[last][keep].tolist()))
+
+    def _largest_at(self, position: int) -> list[Block]:
+        planned = self._planned
+        _, _, b_lo, b_hi = self._ranges
+        s_lo, s_hi = int(planned.span_start[b_lo]), int(planned.span_start[b_hi])
+        live = (planned.span_first[s_lo:s_hi] <= position) & \
+            (planned.span_last[s_lo:s_hi] >= position)
+        spans = numpy.flatnonzero(live) + s_lo
+        blocks = numpy.searchsorted(planned.span_start, spans, side="right") - 1
+        chosen = sorted(set(blocks.tolist()),
+                        key=lambda b: (-int(planned.nbytes[planned.block_start[b]]),
+                                       int(planned.offset[planned.block_start[b]])))
+        return [planned.block(b) for b in chosen[:LARGEST_AT_PEAK]]
+
+    def to_json(self, *, per_position: bool = True) -> dict[str, Any]:
         return {
             "memory_id": self.memory_id,
             "size": self.size,
@@ -125,14 +314,15 @@ class ArenaReport:
             "peak_instruction": None if self.peak_site is None else self.peak_site.to_json(),
             "fragmentation": round(self.fragmentation, 6),
             "wasted_bytes": self.wasted_bytes,
-            "planned_tensors": len(self.tensors),
+            "planned_tensors": self.tensor_count,
             "largest_at_peak": [block.to_json() for block in self.largest_at_peak],
-            "tensors": [tensor.to_json() for tensor in self.tensors],
-            "live_bytes": self.live_bytes,
+            "tensors": Lazy(self.tensor_count, lambda: (t.to_json() for t in self.tensors)),
+            "live_bytes": self.live_bytes_lazy() if per_position else None,
+            "live_steps": [list(step) for step in self.live_steps],
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OverlapWarning:
     """Two distinct regions sharing bytes while both hold live data."""
 
@@ -151,22 +341,81 @@ class OverlapWarning:
                 f"{span_text(self.positions)} (a memory planner bug?)")
 
 
-@dataclass
 class MethodMemory:
-    name: str
-    instruction_count: int
-    loops: list[Lifetime]  # (first, last) positions of each loop body
-    arenas: list[ArenaReport]
-    warnings: list[OverlapWarning]
+    """A method's memory report: its arenas (made as they are asked for) and
+    the regions that overlap while live."""
+
+    def __init__(self, name: str, instruction_count: int, loops: list[Lifetime],
+                 planned: _Planned, sizes: list[int], approximate: bool) -> None:
+        self.name = name
+        self.instruction_count = instruction_count
+        self.loops = loops  # (first, last) positions of each loop body
+        self.lifetimes_approximate = approximate
+        self._planned = planned
+        self._sizes = sizes
+        self._ranges = planned.arena_ranges()
+        # Arenas with bytes or tensors (entry 0 is reserved and normally empty).
+        self.arena_ids = array("q", (i for i, size in enumerate(sizes)
+                                     if size or i in self._ranges))
+        self.planned_tensors = len(planned.value)
+        self.warnings: list[OverlapWarning] = []
+        self.warning_count = 0
+        self.warnings_complete = True
+        self._find_overlaps()
+
+    @property
+    def arenas(self) -> Lazy[ArenaReport]:
+        return Lazy(len(self.arena_ids), lambda: (self.arena(i) for i in self.arena_ids))
+
+    def arena(self, memory_id: int) -> ArenaReport:
+        size = self._sizes[memory_id] if memory_id < len(self._sizes) else 0
+        return ArenaReport(self._planned, memory_id, size, max(self.instruction_count, 1),
+                           self._ranges.get(memory_id))
+
+    def _find_overlaps(self) -> None:
+        """Pairs of distinct regions that share bytes while both are live.
+
+        Regions are sorted by offset, so only the following regions that start
+        before one ends can share bytes with it. The pairs compared are
+        bounded: a file can make every region overlap every other."""
+        planned = self._planned
+        budget = _PAIRS_PER_BLOCK * len(planned.block_start) + _PAIRS_FLOOR
+        starts = planned.block_start
+        ids, offsets, sizes = (planned.memory_id[starts].tolist(),
+                               planned.offset[starts].tolist(), planned.nbytes[starts].tolist())
+        for a in range(len(ids)):
+            if not sizes[a]:
+                continue
+            end = offsets[a] + sizes[a]
+            for b in range(a + 1, len(ids)):
+                if ids[b] != ids[a] or offsets[b] >= end:
+                    break
+                budget -= 1
+                if budget < 0:
+                    self.warnings_complete = False
+                    return
+                if not sizes[b]:
+                    continue
+                shared = _shared_positions(planned.spans_of(a), planned.spans_of(b))
+                if shared is None:
+                    continue
+                self.warning_count += 1
+                if len(self.warnings) < MAX_WARNINGS:
+                    self.warnings.append(OverlapWarning(ids[a], planned.block(a),
+                                                        planned.block(b), shared))
 
     def to_json(self) -> dict[str, Any]:
+        per_position = max(self.instruction_count, 1) * len(self.arena_ids) <= MAX_LIVE_BYTES
         return {
             "name": self.name,
             "instruction_count": self.instruction_count,
             "loops": [list(loop) for loop in self.loops],
-            "arenas": [arena.to_json() for arena in self.arenas],
+            "lifetimes_approximate": self.lifetimes_approximate,
+            "arenas": Lazy(len(self.arena_ids), lambda: (
+                self.arena(i).to_json(per_position=per_position) for i in self.arena_ids)),
             "warnings": [w.message for w in self.warnings[:MAX_WARNINGS]],
-            "warning_count": len(self.warnings),
+            "warning_count": self.warning_count,
+            "warnings_complete": self.warnings_complete,
         }
 
 
@@ -192,71 +441,14 @@ def memory_report(program: P.Program) -> list[MethodMemory]:
 def method_memory(plan: P.ExecutionPlan) -> MethodMemory:
     count = sum(len(chain.instructions) for chain in plan.chains)
     loops = loop_ranges(plan)
-    lifetimes = value_lifetimes(plan, loops)
-    tensors = planned_tensors(plan, lifetimes)
-    # A method without instructions still holds its inputs and outputs at
-    # "position 0", so there is always at least one position to chart.
-    positions = max(count, 1)
-    arenas = []
-    warnings: list[OverlapWarning] = []
-    for memory_id, size in enumerate(plan.non_const_buffer_sizes):
-        mine = [t for t in tensors if t.memory_id == memory_id]
-        if not mine and not size:
-            continue  # entry 0 is reserved and normally empty
-        blocks = group_blocks(mine)
-        arenas.append(arena_report(plan, memory_id, size, mine, blocks, positions))
-        warnings.extend(overlaps(memory_id, blocks))
-    return MethodMemory(plan.name, count, loops, arenas, warnings)
-
-
-def planned_tensors(plan: P.ExecutionPlan, lifetimes: dict[int, Lifetime]
-                    ) -> list[PlannedTensor]:
-    tensors = []
-    for index, value in enumerate(plan.values):
-        if isinstance(value, P.Tensor) and value.allocation_info is not None:
-            info = value.allocation_info
-            tensors.append(PlannedTensor(index, info.memory_id, info.offset, value.nbytes,
-                                         value_type(value), lifetimes.get(index)))
-    return tensors
-
-
-def group_blocks(tensors: list[PlannedTensor]) -> list[Block]:
-    """Distinct regions, ordered by offset, with their merged lifetimes."""
-    blocks: dict[tuple[int, int], Block] = {}
-    for tensor in tensors:
-        key = (tensor.offset, tensor.nbytes)
-        if key not in blocks:
-            blocks[key] = Block(tensor.memory_id, tensor.offset, tensor.nbytes)
-        blocks[key].tensors.append(tensor)
-    for block in blocks.values():
-        block.live = merge_spans([t.lifetime for t in block.tensors if t.lifetime is not None])
-    return sorted(blocks.values(), key=lambda b: (b.offset, b.nbytes))
-
-
-def arena_report(plan: P.ExecutionPlan, memory_id: int, size: int,
-                 tensors: list[PlannedTensor], blocks: list[Block],
-                 positions: int) -> ArenaReport:
-    # Live bytes per position by a difference array: linear in positions
-    # plus lifetimes, where checking every block at every position would be
-    # quadratic on large models.
-    delta = [0] * (positions + 1)
-    for block in blocks:
-        for first, last in block.live:
-            delta[first] += block.nbytes
-            delta[last + 1] -= block.nbytes
-    live_bytes = []
-    running = 0
-    for change in delta[:positions]:
-        running += change
-        live_bytes.append(running)
-    peak = max(live_bytes, default=0)
-    if peak == 0:
-        return ArenaReport(memory_id, size, tensors, blocks, live_bytes, 0, None, None, [])
-    position = live_bytes.index(peak)  # the first time the peak is reached
-    live = [b for b in blocks if b.live_at(position)]
-    largest = sorted(live, key=lambda b: (-b.nbytes, b.offset))[:LARGEST_AT_PEAK]
-    return ArenaReport(memory_id, size, tensors, blocks, live_bytes, peak, position,
-                       instruction_site(plan, position), largest)
+    table = lifetimes(plan, loops)
+    first = numpy.frombuffer(table.first, dtype=numpy.int64) if len(table.first) \
+        else numpy.zeros(0, dtype=numpy.int64)
+    last = numpy.frombuffer(table.last, dtype=numpy.int64) if len(table.last) \
+        else numpy.zeros(0, dtype=numpy.int64)
+    planned = _Planned(plan, first, last)
+    return MethodMemory(plan.name, count, loops, planned, plan.non_const_buffer_sizes,
+                        table.approximate)
 
 
 def instruction_site(plan: P.ExecutionPlan, position: int) -> InstructionSite | None:
@@ -271,27 +463,15 @@ def instruction_site(plan: P.ExecutionPlan, position: int) -> InstructionSite | 
     return None  # a method without instructions
 
 
-def overlaps(memory_id: int, blocks: list[Block]) -> list[OverlapWarning]:
-    """Pairs of distinct regions that share bytes while both are live."""
-    found = []
-    # Blocks are sorted by offset, so only the following blocks that start
-    # before this one ends can share bytes with it.
-    for i, a in enumerate(blocks):
-        for b in blocks[i + 1:]:
-            if b.offset >= a.end:
-                break
-            if not a.nbytes or not b.nbytes:
-                continue
-            shared = _shared_positions(a.live, b.live)
-            if shared is not None:
-                found.append(OverlapWarning(memory_id, a, b, shared))
-    return found
-
-
 def _shared_positions(a: list[Lifetime], b: list[Lifetime]) -> Lifetime | None:
-    for a_first, a_last in a:
-        for b_first, b_last in b:
-            first, last = max(a_first, b_first), min(a_last, b_last)
-            if first <= last:
-                return first, last
+    """The first span where two sorted, merged span lists overlap, or None."""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        first, last = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if first <= last:
+            return first, last
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
     return None

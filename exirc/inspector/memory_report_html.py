@@ -10,6 +10,7 @@ anywhere, offline, and can be attached to a bug report as is.
 from __future__ import annotations
 
 import html
+import itertools
 
 from exirc.inspector.memory_report import ArenaReport, MethodMemory, PlannedTensor
 from exirc.inspector.render import compact_bytes, human_bytes
@@ -22,6 +23,12 @@ TOP = 24
 BOTTOM = 40
 RIGHT = 16
 MAX_TICKS = 10
+# What one page draws at most, so that its size follows what a reader can
+# look at, not what a file can declare: arenas per method, boxes per arena,
+# loop bands per arena. What is left out is counted on the page.
+MAX_ARENAS = 32
+MAX_BOXES = 20_000
+MAX_LOOPS = 200
 
 STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -54,18 +61,27 @@ def memory_plan_html(reports: list[MethodMemory], *, title: str) -> str:
         parts.append(f"<h2>method {_esc(report.name)}</h2>")
         if not report.arenas:
             parts.append("<p>no planned memory</p>")
-        for arena in report.arenas:
+        for shown, arena in enumerate(report.arenas):
+            if shown == MAX_ARENAS:
+                parts.append(f"<p>{len(report.arenas) - MAX_ARENAS} more arenas not drawn "
+                             "(exirc inspect --show memory --json has them)</p>")
+                break
             parts.append(_arena_summary(arena))
             parts.append(arena_svg(report, arena))
         for warning in report.warnings:
             parts.append(f'<p class="warning">warning: {_esc(warning.message)}</p>')
+        if report.warning_count > len(report.warnings):
+            parts.append(f'<p class="warning">... {report.warning_count - len(report.warnings)}'
+                         " more warnings</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
 def _arena_summary(arena: ArenaReport) -> str:
     text = (f"arena {arena.memory_id}: {compact_bytes(arena.size)}, "
-            f"{len(arena.tensors)} planned tensors, peak {compact_bytes(arena.peak_bytes)}")
+            f"{arena.tensor_count} planned tensors, peak {compact_bytes(arena.peak_bytes)}")
+    if arena.tensor_count > MAX_BOXES:
+        text += f" (the first {MAX_BOXES} drawn)"
     if arena.peak_position is not None:
         text += (f" at position {arena.peak_position}, fragmentation "
                  f"{100 * arena.fragmentation:.1f}%")
@@ -77,17 +93,18 @@ def arena_svg(report: MethodMemory, arena: ArenaReport) -> str:
     dx = WIDTH / positions
     # Scale to the arena, or to the furthest tensor end if a (broken) plan
     # puts one past it, so every box is on the picture.
-    extent = max([arena.size, 1, *(t.offset + t.nbytes for t in arena.tensors)])
+    drawn = list(itertools.islice(arena.tensors, MAX_BOXES))
+    extent = max([arena.size, 1, *(t.offset + t.nbytes for t in drawn)])
     dy = HEIGHT / extent
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" '
            f'viewBox="0 0 {LEFT + WIDTH + RIGHT} {TOP + HEIGHT + BOTTOM}">']
     out.extend(_axes(positions, dx, extent))
-    for first, last in report.loops:
+    for first, last in report.loops[:MAX_LOOPS]:
         # A band (a path, so that rects stay one per tensor) behind the boxes.
         out.append(f'<path class="loop" d="M{LEFT + first * dx:.2f} {TOP}'
                    f'h{(last - first + 1) * dx:.2f}v{HEIGHT}h{-(last - first + 1) * dx:.2f}z">'
                    f'<title>loop: positions {first}..{last}</title></path>')
-    for tensor in arena.tensors:
+    for tensor in drawn:
         out.append(_tensor_rect(tensor, dx, dy, positions))
     if arena.peak_position is not None:
         x = LEFT + (arena.peak_position + 0.5) * dx

@@ -12,6 +12,9 @@ from exirc.inspector.memory_report import (
 from exirc.inspector.render import Style, clean, compact_bytes, plural
 from exirc.serialize import program as P
 
+# Arenas a method's text shows; the rest are counted (`--json` has them all).
+MAX_ARENAS = 16
+
 
 def render_memory(reports: list[MethodMemory], bold: Style) -> str:
     lines: list[str] = []
@@ -23,20 +26,31 @@ def render_memory(reports: list[MethodMemory], bold: Style) -> str:
 
 
 def _render_method(report: MethodMemory, bold: Style) -> list[str]:
-    tensors = sum(len(a.tensors) for a in report.arenas)
     lines = [bold(f"memory of method {clean(report.name)}: ") +
              f"{plural(report.instruction_count, 'instruction')}, "
-             f"{plural(tensors, 'planned tensor')} in {plural(len(report.arenas), 'arena')}"
+             f"{plural(report.planned_tensors, 'planned tensor')} in "
+             f"{plural(len(report.arenas), 'arena')}"
              + (f", {plural(len(report.loops), 'loop')}" if report.loops else "")]
     if not report.arenas:
         lines.append("  no planned memory")
-    for arena in report.arenas:
+    for shown, arena in enumerate(report.arenas):
+        if shown == MAX_ARENAS:
+            lines.append(f"  ... {len(report.arenas) - MAX_ARENAS} more arenas (see --json)")
+            break
         lines.extend(_render_arena(arena))
-    if report.warnings:
-        lines.append(f"  warnings ({len(report.warnings)}):")
+    if report.lifetimes_approximate:
+        lines.append("  note: loops cross each other in too many ways to follow exactly; "
+                     "lifetimes cover whole loop regions, so live bytes may be overstated")
+    if report.warning_count:
+        more = "" if report.warnings_complete else \
+            " (the check stopped early: too many overlapping regions to compare them all)"
+        lines.append(f"  warnings ({report.warning_count}{more}):")
         lines.extend(f"    {clean(w.message)}" for w in report.warnings[:MAX_WARNINGS])
-        if len(report.warnings) > MAX_WARNINGS:
-            lines.append(f"    ... {len(report.warnings) - MAX_WARNINGS} more (see --json)")
+        if report.warning_count > MAX_WARNINGS:
+            lines.append(f"    ... {report.warning_count - MAX_WARNINGS} more")
+    elif not report.warnings_complete:
+        lines.append("  note: the check for overlapping regions stopped early (too many "
+                     "overlapping regions to compare them all)")
     return lines
 
 
@@ -44,7 +58,7 @@ def _render_arena(arena: ArenaReport) -> list[str]:
     indent = " " * 19  # continuation lines line up with the figures
     shared = " (shared by every method, kept from run to run: program state)" \
         if arena.memory_id >= P.FIRST_SHARED_BUFFER else ""
-    lines = [f"  arena {arena.memory_id}: {plural(len(arena.tensors), 'planned tensor')}{shared}",
+    lines = [f"  arena {arena.memory_id}: {plural(arena.tensor_count, 'planned tensor')}{shared}",
              f"    size           {compact_bytes(arena.size)}"]
     if arena.peak_position is None:
         lines.append("    peak live      0 B (nothing is ever live)")
