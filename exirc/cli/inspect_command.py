@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -13,7 +14,7 @@ from exirc.inspector.lazy_json import write_json
 from exirc.inspector.memory_report import MethodMemory, memory_report
 from exirc.inspector.memory_report_text import render_memory
 from exirc.inspector.quantization_text import render_quantization
-from exirc.inspector.render import render_instructions, render_summary
+from exirc.inspector.render import instruction_lines, summary_lines
 from exirc.inspector.size import size_report
 from exirc.inspector.size_text import render_size
 from exirc.serialize import read_program_file
@@ -72,20 +73,40 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
         write_json(info, sys.stdout)  # made and written a part at a time
         return
     bold = styler(sys.stdout, bold=True)
-    texts = []
+    texts: list[Iterable[str]] = []  # each view's lines, made as they are written
     if "summary" in views:
-        texts.append(render_summary(info, bold))
+        texts.append(summary_lines(info, bold))
     if "instructions" in views:
         program = program_file.program
-        texts.append(render_instructions(program.execution_plan, bold,
-                                         program_shapes(program), program))
+        texts.append(instruction_lines(program.execution_plan, bold,
+                                       program_shapes(program), program))
     if memory is not None and "memory" in views:
-        texts.append(render_memory(memory, bold))
+        texts.append([render_memory(memory, bold)])
     if size is not None:
-        texts.append(render_size(size, bold, path=path))
+        texts.append([render_size(size, bold, path=path)])
     if "quantization" in views:
-        texts.append(render_quantization(info, bold))
-    click.echo("\n\n".join(texts))
+        texts.append([render_quantization(info, bold)])
+    _write_lines(texts)
+
+
+def _write_lines(views: list[Iterable[str]]) -> None:
+    """The views' lines to stdout, a blank line between views, in chunks: a
+    listing of a million instructions is never one string."""
+    chunk: list[str] = []
+    size = 0
+    for v, lines in enumerate(views):
+        for k, line in enumerate(lines):
+            chunk.append(line if not (v and not k) else "\n" + line)
+            size += len(line)
+            if size > _CHUNK:
+                sys.stdout.write("\n".join(chunk) + "\n")
+                chunk, size = [], 0
+    if chunk:
+        sys.stdout.write("\n".join(chunk) + "\n")
+    sys.stdout.flush()
+
+
+_CHUNK = 1 << 16  # characters written at once
 
 
 def _write_memory_plan(path: Path, memory: list[MethodMemory], *, title: str) -> None:

@@ -19,7 +19,6 @@ their own constant region. Both count as the delegate's weights.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -44,6 +43,10 @@ class Payload:
     data: memoryview
     blob: G.XnnpackBlob | None = None  # an XNNPACK payload that reads
     error: str | None = None  # why an XNNPACK payload does not read
+    plan: int = 0  # the method's index in the program
+    # Weights by blob, shared by the payloads of one program: delegates that
+    # point at the same bytes share one blob, read once.
+    known: dict[int, _Weights] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
@@ -51,13 +54,31 @@ class Payload:
 
     # Cached: the summary and the size report ask per segment, and a big
     # model has hundreds of weight segments.
-    @functools.cached_property
+    @property
     def weights(self) -> list[Weight]:
-        return graph_weights(self.blob) if self.blob is not None else []
+        return self._weights().all
 
-    @functools.cached_property
+    @property
     def named_weights(self) -> dict[str, Weight]:
-        return {w.named_key: w for w in self.weights if w.named_key}
+        return self._weights().named
+
+    def _weights(self) -> _Weights:
+        if self.blob is None:
+            return _NO_WEIGHTS
+        found = self.known.get(id(self.blob))
+        if found is None:
+            weights = graph_weights(self.blob)
+            found = self.known[id(self.blob)] = _Weights(
+                weights, {w.named_key: w for w in weights if w.named_key})
+        return found
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """The weights of one blob, computed once however many delegates use it."""
+
+    all: list[Weight]
+    named: dict[str, Weight]
 
 
 def payload_data(program: P.Program, delegate: P.BackendDelegate) -> memoryview:
@@ -67,22 +88,46 @@ def payload_data(program: P.Program, delegate: P.BackendDelegate) -> memoryview:
     return memoryview(program.segments[ref.index].data)
 
 
-def plan_payloads(program: P.Program, plan: P.ExecutionPlan) -> list[Payload]:
+_NO_WEIGHTS = _Weights([], {})
+
+
+class _Reads:
+    """What reading each payload gave, by where it is: a file may point any
+    number of delegates at one payload, which is read once."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[P.DataLocation, int], tuple[G.XnnpackBlob | None, str | None]] = {}
+        self.weights: dict[int, _Weights] = {}
+
+    def read(self, delegate: P.BackendDelegate, data: memoryview
+             ) -> tuple[G.XnnpackBlob | None, str | None]:
+        if delegate.id != XNNPACK_BACKEND:
+            return None, None
+        key = (delegate.processed.location, delegate.processed.index)
+        if key not in self.found:
+            try:
+                self.found[key] = deserialize_blob(data), None
+            except FormatError as failure:
+                self.found[key] = None, str(failure)
+        return self.found[key]
+
+
+def plan_payloads(program: P.Program, plan: P.ExecutionPlan, plan_index: int = 0,
+                  reads: _Reads | None = None) -> list[Payload]:
+    reads = reads or _Reads()
     payloads = []
     for index, delegate in enumerate(plan.delegates):
         data = payload_data(program, delegate)
-        blob, error = None, None
-        if delegate.id == XNNPACK_BACKEND:
-            try:
-                blob = deserialize_blob(data)
-            except FormatError as failure:
-                error = str(failure)
-        payloads.append(Payload(plan.name, index, delegate, data, blob, error))
+        blob, error = reads.read(delegate, data)
+        payloads.append(Payload(plan.name, index, delegate, data, blob, error, plan_index,
+                                reads.weights))
     return payloads
 
 
 def program_payloads(program: P.Program) -> list[Payload]:
-    return [p for plan in program.execution_plan for p in plan_payloads(program, plan)]
+    reads = _Reads()
+    return [p for i, plan in enumerate(program.execution_plan)
+            for p in plan_payloads(program, plan, i, reads)]
 
 
 # --------------------------------------------------------------------------
@@ -163,10 +208,17 @@ def graph_weights(blob: G.XnnpackBlob) -> list[Weight]:
 
 
 def named_key_users(payloads: Iterable[Payload]) -> Counter[str]:
-    """Named-data key -> how many delegates read it."""
-    users: Counter[str] = Counter()
+    """Named-data key -> how many delegates read it (each blob's keys counted
+    once, times the delegates sharing the blob)."""
+    sharing: dict[int, tuple[Payload, int]] = {}  # id(blob) -> (a payload, how many)
     for payload in payloads:
-        users.update(payload.named_weights.keys())
+        if payload.blob is not None:
+            first, count = sharing.get(id(payload.blob), (payload, 0))
+            sharing[id(payload.blob)] = (first, count + 1)
+    users: Counter[str] = Counter()
+    for payload, count in sharing.values():
+        for key in payload.named_weights:
+            users[key] += count
     return users
 
 
@@ -247,15 +299,43 @@ def call_note(payload: Payload) -> str | None:
     return None
 
 
-def weight_segments(program: P.Program, payloads: Iterable[Payload]) -> dict[int, list[Payload]]:
-    """Named-data segment index -> the delegates whose graphs read it, in plan order."""
+# Delegates listed as readers of one weight segment; more are counted only
+# (a file can point a hundred thousand delegates at one payload).
+MAX_READERS = 64
+
+
+@dataclass
+class Readers:
+    """The delegates whose graphs read one named-data segment: the first
+    `MAX_READERS` in plan order, and how many in all."""
+
+    first: list[Payload] = dataclasses.field(default_factory=list)
+    count: int = 0
+
+
+def weight_segments(program: P.Program, payloads: Iterable[Payload]) -> dict[int, Readers]:
+    """Named-data segment index -> the delegates whose graphs read it."""
     segment_of: dict[str, int] = {}
     for named in program.named_data:
         segment_of.setdefault(named.key, named.segment_index)
-    readers: dict[int, list[Payload]] = {}
+    readers: dict[int, Readers] = {}
+    segments_of: dict[int, list[int]] = {}  # id(blob) -> the segments it reads
+    listed: Counter[int] = Counter()  # id(blob) -> its payloads listed so far
     for payload in payloads:
-        for key in payload.named_weights:
-            segment = segment_of.get(key)
-            if segment is not None and payload not in readers.setdefault(segment, []):
-                readers[segment].append(payload)
+        if payload.blob is None:
+            continue
+        blob = id(payload.blob)
+        segments = segments_of.get(blob)
+        if segments is None:
+            found = (segment_of.get(key) for key in payload.named_weights)
+            segments = segments_of[blob] = list(dict.fromkeys(
+                s for s in found if s is not None))
+        for segment in segments if listed[blob] < MAX_READERS else ():
+            entry = readers.setdefault(segment, Readers())
+            if len(entry.first) < MAX_READERS:
+                entry.first.append(payload)
+        listed[blob] += 1
+    for blob, segments in segments_of.items():  # every delegate counts, listed or not
+        for segment in segments:
+            readers[segment].count += listed[blob]
     return readers

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from exirc.inspector.delegates import (
@@ -22,6 +22,7 @@ from exirc.inspector.delegates import (
     program_payloads,
     weight_segments,
 )
+from exirc.inspector.lazy_json import Lazy
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
 from exirc.inspector.quantization import quantization_facts
 from exirc.serialize import ProgramFile, symbolic_shapes
@@ -46,6 +47,9 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
     payloads = program_payloads(program)
     readers = weight_segments(program, payloads)
     key_users = named_key_users(payloads)
+    by_method: dict[int, list[Payload]] = {}  # plan index -> its delegates' payloads
+    for payload in payloads:
+        by_method.setdefault(payload.plan, []).append(payload)
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -60,19 +64,20 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
                 "segment_base_offset": pf.header.segment_base_offset,
                 "segment_data_size": pf.header.segment_data_size,
             },
-            "segments": [
+            "segments": Lazy(len(pf.segment_spans), lambda: (
                 {"index": i, "offset": start, "size": size, "role": roles.get(i, "unused"),
-                 # Named data a delegate's payload reads: the delegate's weights.
+                 # Named data a delegate's payload reads: the delegate's weights
+                 # (the first MAX_READERS delegates; weights_of_count says how many).
                  "weights_of": [{"method": p.method, "delegate": p.index}
-                                for p in readers.get(i, [])]}
-                for i, (start, size) in enumerate(pf.segment_spans)
-            ],
+                                for p in (readers[i].first if i in readers else [])],
+                 "weights_of_count": readers[i].count if i in readers else 0}
+                for i, (start, size) in enumerate(pf.segment_spans))),
         },
         "size": size_breakdown(pf, roles, set(readers)),
         "constants": constants_summary(program),
-        "methods": [describe_plan(program, plan, shapes.get(plan.name),
-                                  [p for p in payloads if p.method == plan.name], key_users)
-                    for plan in program.execution_plan],
+        "methods": Lazy(len(program.execution_plan), lambda: (
+            describe_plan(program, plan, shapes.get(plan.name), by_method.get(i, []), key_users)
+            for i, plan in enumerate(program.execution_plan))),
         "bundled_cases": bundled_cases(program),
         "quantization": quantization_facts(program, payloads),
     }
@@ -146,71 +151,85 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
                   shapes: MethodShapes | None = None, payloads: list[Payload] | None = None,
                   key_users: Mapping[str, int] | None = None) -> dict[str, Any]:
     """One method; `payloads` are its delegates' (read here if not given),
-    `key_users` how many delegates of the program read each named weight."""
+    `key_users` how many delegates of the program read each named weight.
+    Its long lists (instructions, operators, buffers...) are `Lazy`."""
     if payloads is None:
         payloads = plan_payloads(program, plan)
     calls: Counter[int] = Counter()
-    context = ListingContext.of(plan, shapes, payloads)
-    instructions = []
-    for c, chain in enumerate(plan.chains):
-        for i, instr in enumerate(chain.instructions):
+    instruction_count = 0
+    for chain in plan.chains:
+        instruction_count += len(chain.instructions)
+        for instr in chain.instructions:
             if isinstance(instr, P.KernelCall):
                 calls[instr.op_index] += 1
+    context = ListingContext.of(plan, shapes, payloads)
+    value_kinds = Counter(type(v).__name__ for v in plan.values)
+    sizes = plan.non_const_buffer_sizes
+    buffers = len(sizes) - (1 if sizes and not sizes[0] else 0)  # entry 0 when it has bytes
+    state_count = sum(1 for _ in _state_values(plan))
+    return {
+        "name": plan.name,
+        "inputs": Lazy(len(plan.inputs), lambda: (io_entry(plan, index, shapes)
+                                                  for index in plan.inputs)),
+        "outputs": Lazy(len(plan.outputs), lambda: (io_entry(plan, index, shapes)
+                                                    for index in plan.outputs)),
+        "symbols": {name: {"min": r.lower, "max": r.upper}
+                    for name, r in (shapes.symbols.items() if shapes else [])},
+        "chains": len(plan.chains),
+        "instruction_count": instruction_count,
+        "kernel_calls": sum(calls.values()),
+        "operators": Lazy(len(plan.operators), lambda: (
+            {"index": i, "name": op.name, "overload": op.overload, "calls": calls.get(i, 0)}
+            for i, op in enumerate(plan.operators))),
+        "memory_plan": {
+            "buffers": Lazy(buffers, lambda: ({"id": i, "bytes": size}
+                                              for i, size in enumerate(sizes) if i > 0 or size)),
+            "total_bytes": sum(sizes),
+            "planned_tensors": sum(1 for v in plan.values
+                                   if isinstance(v, P.Tensor) and v.allocation_info),
+        },
+        "state": Lazy(state_count, lambda: state_entries(plan)),
+        "delegates": Lazy(len(payloads), lambda: (describe_delegate(program, p, key_users)
+                                                  for p in payloads)),
+        "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
+        "instructions": Lazy(instruction_count, lambda: _instructions(plan, context)),
+    }
+
+
+def _instructions(plan: P.ExecutionPlan, context: ListingContext) -> Iterator[dict[str, Any]]:
+    for c, chain in enumerate(plan.chains):
+        for i, instr in enumerate(chain.instructions):
             frames = chain.stacktrace[i].items if chain.stacktrace else []
-            instructions.append({
+            yield {
                 "chain": c,
                 "index": i,
                 "kind": type(instr).__name__,
                 "text": instruction_text(plan, instr, context),
                 "source": source_of(frames),
                 **{f.name: getattr(instr, f.name) for f in dataclasses.fields(instr)},
-            })
-    value_kinds = Counter(type(v).__name__ for v in plan.values)
-    return {
-        "name": plan.name,
-        "inputs": [io_entry(plan, index, shapes) for index in plan.inputs],
-        "outputs": [io_entry(plan, index, shapes) for index in plan.outputs],
-        "symbols": {name: {"min": r.lower, "max": r.upper}
-                    for name, r in (shapes.symbols.items() if shapes else [])},
-        "chains": len(plan.chains),
-        "instruction_count": len(instructions),
-        "kernel_calls": sum(calls.values()),
-        "operators": [
-            {"index": i, "name": op.name, "overload": op.overload, "calls": calls.get(i, 0)}
-            for i, op in enumerate(plan.operators)
-        ],
-        "memory_plan": {
-            "buffers": [
-                {"id": i, "bytes": size}
-                for i, size in enumerate(plan.non_const_buffer_sizes) if i > 0 or size
-            ],
-            "total_bytes": sum(plan.non_const_buffer_sizes),
-            "planned_tensors": sum(1 for v in plan.values
-                                   if isinstance(v, P.Tensor) and v.allocation_info),
-        },
-        "state": state_entries(plan),
-        "delegates": [describe_delegate(program, p, key_users) for p in payloads],
-        "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
-        "instructions": instructions,
-    }
+            }
 
 
-def state_entries(plan: P.ExecutionPlan) -> list[dict[str, Any]]:
-    """The tensors that are program state: planned memory kept from run to run
-    (a buffer the model updates), with an initial value, a name, or in a shared
-    buffer (id 2 on)."""
-    entries = []
+def _state_values(plan: P.ExecutionPlan) -> Iterator[tuple[int, P.Tensor, str | None]]:
+    """(index, tensor, name) of each tensor that is program state."""
     for index, value in enumerate(plan.values):
         if not isinstance(value, P.Tensor) or value.allocation_info is None:
             continue
         name = value.extra_tensor_info.fully_qualified_name if value.extra_tensor_info else None
-        buffer = value.allocation_info.memory_id
-        if not (value.data_buffer_idx or name or buffer >= 2):
-            continue
-        entries.append({"value": index, "name": name, "type": value_type(value, None),
-                        "buffer": buffer, "offset": value.allocation_info.offset,
-                        "bytes": value.nbytes, "initial_value": bool(value.data_buffer_idx)})
-    return entries
+        if value.data_buffer_idx or name or value.allocation_info.memory_id >= 2:
+            yield index, value, name
+
+
+def state_entries(plan: P.ExecutionPlan) -> Iterator[dict[str, Any]]:
+    """The tensors that are program state: planned memory kept from run to run
+    (a buffer the model updates), with an initial value, a name, or in a shared
+    buffer (id 2 on)."""
+    for index, value, name in _state_values(plan):
+        assert value.allocation_info is not None
+        yield {"value": index, "name": name, "type": value_type(value, None),
+               "buffer": value.allocation_info.memory_id,
+               "offset": value.allocation_info.offset,
+               "bytes": value.nbytes, "initial_value": bool(value.data_buffer_idx)}
 
 
 def io_entry(plan: P.ExecutionPlan, index: int,

@@ -22,7 +22,8 @@ and the branches and loop bodies it delimits are indented:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from array import array
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ from exirc.serialize.symbolic_shapes import MethodShapes
 
 # Long literal lists are cut so a line stays readable.
 _MAX_LIST_ITEMS = 8
+# Nesting indented at most this deep (a file can nest a hundred thousand loops).
+_MAX_DEPTH = 32
 
 # Kernels that return nothing: their last argument is an input, not a result.
 NO_RESULT_OPS = frozenset({"executorch_prim::et_copy_index.tensor"})
@@ -103,7 +106,7 @@ def operand(plan: P.ExecutionPlan, index: int, written: Collection[int] = ()) ->
         # Items are value indices: show constants as ints, SymInts as %N.
         return _literal_list(value.items, lambda i: _boxed_int(plan, i))
     if isinstance(value, (P.DoubleList, P.BoolList)):
-        return _literal_list(list(value.items), repr)
+        return _literal_list(value.items, repr)
     if isinstance(value, P.TensorList):
         return _literal_list(value.items, lambda i: f"%{i}")
     return _literal_list(value.items, lambda i: "None" if i == -1 else f"%{i}")
@@ -180,7 +183,7 @@ class ListingContext:
 class _Layout:
     """Indentation depth of each instruction and the pseudo-lines before it."""
 
-    depth: list[int]
+    depth: array[int]
     before: dict[int, list[str]] = field(default_factory=dict)
 
 
@@ -193,15 +196,21 @@ def control_flow_layout(plan: P.ExecutionPlan, chain: P.Chain,
     `then` range ends with an unconditional forward jump, what lies between
     is the `else` range. A conditional jump to just past a loop's backward
     jump is the loop's exit, not a branch.
+
+    Each range adds one level to its instructions: ranges are summed as
+    differences and added up once, so the work is linear however many jumps
+    span however many instructions.
     """
     instructions = chain.instructions
     count = len(instructions)
-    depth = [0] * count
-    layout = _Layout(depth)
+    change = array("q", [0]) * (count + 1)
+    before: dict[int, list[str]] = {}
 
     def indent(start: int, stop: int) -> None:  # [start, stop)
-        for k in range(max(start, 0), min(stop, count)):
-            depth[k] += 1
+        start, stop = max(start, 0), min(stop, count)
+        if start < stop:
+            change[start] += 1
+            change[stop] -= 1
 
     def jump(k: int) -> P.JumpFalseCall | None:
         instr = instructions[k] if 0 <= k < count else None
@@ -213,7 +222,7 @@ def control_flow_layout(plan: P.ExecutionPlan, chain: P.Chain,
         target = instr.destination_instruction
         if target <= i:
             indent(target, i + 1)
-            layout.before.setdefault(target, []).append("loop:")
+            before.setdefault(target, []).append("loop:")
             continue
         if _always_jumps(plan, instr, context.written):
             continue  # the end of a `then` range, or a loop's exit: seen from there
@@ -224,8 +233,13 @@ def control_flow_layout(plan: P.ExecutionPlan, chain: P.Chain,
         if closing is not None and _always_jumps(plan, closing, context.written) and \
                 closing.destination_instruction > target:
             indent(target, closing.destination_instruction)
-            layout.before.setdefault(target, []).append("else:")
-    return layout
+            before.setdefault(target, []).append("else:")
+    depth = array("q", [0]) * count
+    level = 0
+    for k in range(count):
+        level += change[k]
+        depth[k] = level
+    return _Layout(depth, before)
 
 
 def source_of(frames: list[P.Frame]) -> dict[str, Any] | None:
@@ -239,25 +253,30 @@ def source_of(frames: list[P.Frame]) -> dict[str, Any] | None:
 
 def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None,
                   payloads: Sequence[Payload] = (),
-                  notes: Mapping[tuple[int, int], str] | None = None) -> list[str]:
+                  notes: Mapping[tuple[int, int], str] | None = None) -> Iterator[str]:
     """`notes`: (chain, index) -> text shown after a call, in braces."""
-    lines = []
     context = ListingContext.of(plan, shapes, payloads)
     width = len(str(max((len(c.instructions) for c in plan.chains), default=1)))
     for c, chain in enumerate(plan.chains):
-        ins = ", ".join(f"%{i}" for i in chain.inputs)
-        outs = ", ".join(f"%{i}" for i in chain.outputs)
-        lines.append(f"chain {c} ({ins}) -> ({outs}):")
+        ins = _operand_list(chain.inputs)
+        outs = _operand_list(chain.outputs)
+        yield f"chain {c} ({ins}) -> ({outs}):"
         layout = control_flow_layout(plan, chain, context)
         for i, instr in enumerate(chain.instructions):
-            pad = "  " * layout.depth[i]
+            pad = "  " * min(layout.depth[i], _MAX_DEPTH)
             for label in layout.before.get(i, []):
-                lines.append(f"  {'':>{width}}  {pad[:-2]}{label}")
+                yield f"  {'':>{width}}  {pad[:-2]}{label}"
             text = f"  {i:>{width}}  {pad}{instruction_text(plan, instr, context)}"
             if notes and (c, i) in notes:
                 text += f" {{{notes[c, i]}}}"
             source = source_of(chain.stacktrace[i].items) if chain.stacktrace else None
             if source and source["file"]:
                 text += f"    # {source['file']}:{source['line']}"
-            lines.append(text)
-    return lines
+            yield text
+
+
+def _operand_list(indices: list[int]) -> str:
+    """`%0, %1`, cut after a screenful."""
+    shown = ", ".join(f"%{i}" for i in indices[:_MAX_LIST_ITEMS])
+    more = len(indices) - _MAX_LIST_ITEMS
+    return f"{shown}, ... {more} more" if more > 0 else shown

@@ -6,7 +6,9 @@ The default view is meant to fit one screen: long tables are cut with a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from exirc.inspector.delegates import counts_text, plan_payloads
@@ -16,6 +18,8 @@ from exirc.serialize.program import ExecutionPlan, Program
 from exirc.serialize.symbolic_shapes import MethodShapes
 
 _MAX_ROWS = 12
+# Inputs, outputs or readers named on one line before the rest are counted.
+_MAX_IO = 8
 # Lines of delegate details a method shows before the rest are cut.
 _MAX_DELEGATE_LINES = 16
 
@@ -46,105 +50,120 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _cut(rows: list[str], indent: str) -> list[str]:
-    if len(rows) <= _MAX_ROWS:
-        return rows
-    return rows[:_MAX_ROWS - 1] + [f"{indent}... {len(rows) - _MAX_ROWS + 1} more (see --json)"]
+def _cut(rows: Iterable[str], count: int, indent: str) -> Iterator[str]:
+    """The first rows of `count` (made only as far as shown), then how many more."""
+    if count <= _MAX_ROWS:
+        yield from rows
+        return
+    yield from itertools.islice(rows, _MAX_ROWS - 1)
+    yield f"{indent}... {count - _MAX_ROWS + 1} more (see --json)"
 
 
-def _io(entries: list[dict[str, Any]]) -> str:
-    return ", ".join(f"%{e['value']} {e['type']}" for e in entries) or "none"
+def _io(entries: Sequence[dict[str, Any]]) -> str:
+    shown = [f"%{e['value']} {e['type']}" for e in itertools.islice(entries, _MAX_IO)]
+    if len(entries) > _MAX_IO:
+        shown.append(f"... {len(entries) - _MAX_IO} more")
+    return ", ".join(shown) or "none"
 
 
 def render_summary(info: dict[str, Any], bold: Style) -> str:
+    return "\n".join(summary_lines(info, bold))
+
+
+def summary_lines(info: dict[str, Any], bold: Style) -> Iterator[str]:
+    """The summary view, a line at a time (a method at a time)."""
     f = info["file"]
     name = clean(f["path"] or "<bytes>")
-    lines = [bold(f"{name}: program file (ET12, schema v{f['schema_version']}), "
-                  f"{human_bytes(f['size'])}")]
+    yield bold(f"{name}: program file (ET12, schema v{f['schema_version']}), "
+               f"{human_bytes(f['size'])}")
     header = f["header"]
     if header:
-        lines.append(f"  header: program {human_bytes(header['program_size'])}, "
-                     f"segments at offset {header['segment_base_offset']} "
-                     f"({human_bytes(header['segment_data_size'])})")
+        yield (f"  header: program {human_bytes(header['program_size'])}, "
+               f"segments at offset {header['segment_base_offset']} "
+               f"({human_bytes(header['segment_data_size'])})")
     else:
-        lines.append("  header: none (no extended header; no segments)")
-    lines.extend(_cut([f"  segment {s['index']}: {human_bytes(s['size'])} at offset "
-                       f"{s['offset']} ({clean(s['role'])}{_weights_of(s)})"
-                       for s in f["segments"]], "  "))
+        yield "  header: none (no extended header; no segments)"
+    yield from _cut((f"  segment {s['index']}: {human_bytes(s['size'])} at offset "
+                     f"{s['offset']} ({clean(s['role'])}{_weights_of(s)})"
+                     for s in f["segments"]), len(f["segments"]), "  ")
     for method in info["methods"]:
-        lines.append("")
-        lines.extend(_render_method(method, bold))
+        yield ""
+        yield from _render_method(method, bold)
     c = info["constants"]
-    lines.append("")
-    lines.append(bold("constants: ") +
-                 f"{plural(c['count'], 'tensor')}, {human_bytes(c['bytes'])}")
+    yield ""
+    yield bold("constants: ") + f"{plural(c['count'], 'tensor')}, {human_bytes(c['bytes'])}"
     size = info["size"]
     total = max(size["total"], 1)
     parts = [f"{key.replace('_', ' ')} {human_bytes(size[key])} ({100 * size[key] / total:.0f}%)"
              for key in ("program", "constants", "delegate_data", "other_segments", "padding")
              if size[key] or key in ("program", "constants")]
-    lines.append(bold("size: ") + " | ".join(parts))
+    yield bold("size: ") + " | ".join(parts)
     quantized = info.get("quantization", {}).get("tensors", [])
     if quantized:  # a float program's summary stays as it was
         schemes = counts_text({k.replace("_", "-"): n
                                for k, n in scheme_counts(quantized).items()})
-        lines.append(bold("quantization: ") + f"{plural(len(quantized), 'quantized tensor')} "
-                     f"({schemes}; see --show quantization)")
+        yield (bold("quantization: ") + f"{plural(len(quantized), 'quantized tensor')} "
+               f"({schemes}; see --show quantization)")
     if info.get("bundled_cases"):
-        lines.append(bold("bundled test cases: ") + ", ".join(
+        yield (bold("bundled test cases: ") + ", ".join(
             f"{clean(m)} {n}" for m, n in info["bundled_cases"].items())
             + " (run them with `exirc run --check`)")
-    return "\n".join(lines)
 
 
-def _render_method(m: dict[str, Any], bold: Style) -> list[str]:
-    lines = [bold(f"method {clean(m['name'])}: ") +
-             f"{plural(m['instruction_count'], 'instruction')} in "
-             f"{plural(m['chains'], 'chain')}, {plural(m['kernel_calls'], 'kernel call')}, "
-             f"{plural(m['values']['count'], 'value')}"]
-    lines.append(f"  inputs:  {_io(m['inputs'])}")
-    lines.append(f"  outputs: {_io(m['outputs'])}")
-    ops = sorted(m["operators"], key=lambda o: (-o["calls"], o["name"]))
-    if ops:
+def _render_method(m: dict[str, Any], bold: Style) -> Iterator[str]:
+    yield (bold(f"method {clean(m['name'])}: ") +
+           f"{plural(m['instruction_count'], 'instruction')} in "
+           f"{plural(m['chains'], 'chain')}, {plural(m['kernel_calls'], 'kernel call')}, "
+           f"{plural(m['values']['count'], 'value')}")
+    yield f"  inputs:  {_io(m['inputs'])}"
+    yield f"  outputs: {_io(m['outputs'])}"
+    count = len(m["operators"])
+    if count:
+        # Most called first; only the rows shown are sorted out of the rest.
+        shown = _MAX_ROWS if count <= _MAX_ROWS else _MAX_ROWS - 1
+        ops = heapq.nsmallest(shown, m["operators"], key=lambda o: (-o["calls"], o["name"]))
         width = max(len(_qualified(o)) for o in ops)
-        lines.append(f"  operators ({len(ops)}):")
-        rows = [f"    {_qualified(o):<{width}}  {plural(o['calls'], 'call'):>10}" for o in ops]
-        lines.extend(_cut(rows, "    "))
+        yield f"  operators ({count}):"
+        yield from _cut((f"    {_qualified(o):<{width}}  {plural(o['calls'], 'call'):>10}"
+                         for o in ops), count, "    ")
     plan = m["memory_plan"]
     buffers = plan["buffers"]
-    lines.append(f"  memory plan: {plural(len(buffers), 'buffer')}, "
-                 f"{human_bytes(plan['total_bytes'])}, "
-                 f"{plural(plan['planned_tensors'], 'planned tensor')}")
-    lines.extend(_cut([f"    buffer {b['id']}: {b['bytes']} B" for b in buffers], "    "))
+    yield (f"  memory plan: {plural(len(buffers), 'buffer')}, "
+           f"{human_bytes(plan['total_bytes'])}, "
+           f"{plural(plan['planned_tensors'], 'planned tensor')}")
+    yield from _cut((f"    buffer {b['id']}: {b['bytes']} B" for b in buffers), len(buffers),
+                    "    ")
     if m["state"]:
         total = sum(s["bytes"] for s in m["state"])
-        lines.append(f"  state: {plural(len(m['state']), 'tensor')}, {human_bytes(total)}, "
-                     "kept from run to run")
-        lines.extend(_cut([f"    {clean(s['name'] or '%' + str(s['value']))}: {s['type']}, "
-                           f"{s['bytes']} B in buffer {s['buffer']} at {s['offset']}"
-                           f"{'' if s['initial_value'] else ' (no initial value: zeros)'}"
-                           for s in m["state"]], "    "))
+        yield (f"  state: {plural(len(m['state']), 'tensor')}, {human_bytes(total)}, "
+               "kept from run to run")
+        yield from _cut((f"    {clean(s['name'] or '%' + str(s['value']))}: {s['type']}, "
+                         f"{s['bytes']} B in buffer {s['buffer']} at {s['offset']}"
+                         f"{'' if s['initial_value'] else ' (no initial value: zeros)'}"
+                         for s in m["state"]), len(m["state"]), "    ")
     if m["delegates"]:
-        lines.append(f"  delegates ({len(m['delegates'])}):")
+        yield f"  delegates ({len(m['delegates'])}):"
         shown = 0
         for d in m["delegates"]:
             block = _render_delegate(d)
             if shown and shown + len(block) > _MAX_DELEGATE_LINES:
-                lines.append(f"    ... {len(m['delegates']) - d['index']} more (see --json)")
+                yield f"    ... {len(m['delegates']) - d['index']} more (see --json)"
                 break
-            lines.extend(block)
+            yield from block
             shown += len(block)
     else:
-        lines.append("  delegates: none")
-    return lines
+        yield "  delegates: none"
 
 
 def _weights_of(segment: dict[str, Any]) -> str:
     readers = segment.get("weights_of") or []
     if not readers:
         return ""
-    return ": weights of " + ", ".join(f"{clean(r['method'])} delegate[{r['delegate']}]"
-                                       for r in readers)
+    shown = [f"{clean(r['method'])} delegate[{r['delegate']}]" for r in readers[:_MAX_IO]]
+    count = segment.get("weights_of_count", len(readers))
+    if count > len(shown):
+        shown.append(f"{count - len(shown)} more")
+    return ": weights of " + ", ".join(shown)
 
 
 def _render_delegate(d: dict[str, Any]) -> list[str]:
@@ -198,14 +217,19 @@ def render_instructions(plans: list[ExecutionPlan], bold: Style,
                         program: Program | None = None) -> str:
     """The listing of each plan; `shapes` (by method) name dynamic dims by symbol;
     with the `program` the plans are from, delegate calls say what their payloads hold."""
-    lines: list[str] = []
-    for plan in plans:
-        if lines:
-            lines.append("")
-        lines.append(bold(f"method {clean(plan.name)}:"))
+    return "\n".join(instruction_lines(plans, bold, shapes, program))
+
+
+def instruction_lines(plans: list[ExecutionPlan], bold: Style,
+                      shapes: Mapping[str, MethodShapes] | None = None,
+                      program: Program | None = None) -> Iterator[str]:
+    """`render_instructions`, a line at a time."""
+    for i, plan in enumerate(plans):
+        if i:
+            yield ""
+        yield bold(f"method {clean(plan.name)}:")
         method_shapes = shapes.get(plan.name) if shapes else None
         payloads = plan_payloads(program, plan) if program is not None else []
         # Quantized calls whose scales are tensors say what the tensors hold.
         notes = call_notes(program, plan) if program is not None else None
-        lines.extend(clean(line) for line in listing_lines(plan, method_shapes, payloads, notes))
-    return "\n".join(lines)
+        yield from (clean(line) for line in listing_lines(plan, method_shapes, payloads, notes))

@@ -107,9 +107,10 @@ class DelegateSizes:
 
     def weights_fill(self, ledger: Ledger, index: int, start: int, size: int) -> Fill | None:
         """The fill of named-data segment `index`, if a delegate reads it as weights."""
-        readers = self.readers.get(index)
-        if not readers:
+        found = self.readers.get(index)
+        if found is None or not found.first:
             return None
+        readers = found.first
         owner = readers[0]
         weights = [owner.named_weights[key] for key in self.segment_keys.get(index, [])
                    if key in owner.named_weights]
@@ -122,6 +123,8 @@ class DelegateSizes:
             item += f" (+{plural(len(weights) - 1, 'more key')})"
         # Stored once, charged once: to the first reader; the text shows the others.
         others = [f"{p.method} delegate[{p.index}]" for p in readers[1:]]
+        if found.count > len(readers):
+            others.append(f"{found.count - len(readers)} more delegates")
         key = ledger.declare(("delegate weight", index), group, item, "delegate_weight",
                              segment=index, named_key=weight.named_key, method=owner.method,
                              delegate=owner.index, type=weight.type, role=weight.role,
