@@ -134,6 +134,25 @@ class Accumulator(torch.nn.Module):
         return total * 0.5
 
 
+class IndexOps(torch.nn.Module):
+    """An index input read by index_put, scatter, embedding and indexing."""
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        put = x.index_put((idx,), torch.ones(idx.shape[0], x.shape[1]))
+        scattered = x.scatter(0, idx.unsqueeze(1).expand(-1, x.shape[1]), 2.0)
+        return put, scattered, F.embedding(idx, x), x[idx]
+
+
+class PoolBackward(torch.nn.Module):
+    """Max pooling's backward, which reads its indices from an input (a
+    training graph's op, on ExecuTorch's portable kernel list)."""
+
+    def forward(self, grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor
+                ) -> torch.Tensor:
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)
+
+
 def _batch(max_rows: int = 8) -> Any:
     return ({0: torch.export.Dim("batch", min=1, max=max_rows)},)
 
@@ -168,4 +187,8 @@ MODELS: dict[str, Model] = {
     "while": Model(WhileCountdown, lambda: (torch.randn(2, 4), torch.tensor(3))),
     "dynamic_batch": Model(MLP, lambda: (torch.randn(4, 8),), _batch),
     "state": Model(Accumulator, lambda: (torch.randn(2, 4),)),
+    "index_ops": Model(IndexOps, lambda: (torch.randn(4, 4), torch.tensor([1, 3]))),
+    "pool_backward": Model(PoolBackward, lambda: (
+        torch.ones(1, 1, 2, 2), torch.randn(1, 1, 4, 4),
+        torch.tensor([[[[0, 3], [9, 15]]]]))),
 }
