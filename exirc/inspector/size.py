@@ -33,14 +33,16 @@ names and duplicates); `size_text` renders the report.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+import numpy
 
 from exirc.inspector.describe import segment_roles
 from exirc.inspector.size_constant_names import DEFAULT_NAME_SOURCES, NameSource, stored_names
 from exirc.inspector.size_delegates import DelegateSizes
-from exirc.inspector.size_flatbuffer import flatbuffer_claims
+from exirc.inspector.size_flatbuffer import flatbuffer_fill
 from exirc.inspector.size_ledger import Claim, Fill, Ledger
-from exirc.inspector.size_rows import SizeReport
+from exirc.inspector.size_rows import SizeReport, SizeRow
 from exirc.inspector.size_stored_buffers import StoredBuffers
 from exirc.serialize import ProgramFile, read_program_file
 from exirc.serialize import program as P
@@ -56,57 +58,87 @@ def size_report(data: bytes | memoryview, program_file: ProgramFile | None = Non
     ledger = Ledger()
     stored = StoredBuffers(pf.program, (stored_names(pf.program), *name_sources))
     delegates = DelegateSizes(pf.program)
-    regions: list[tuple[int, int, Fill]] = []
+    # Regions: fixed ones (`fills`, in order), then the segments; all are
+    # declared now (rows list in declaration order) and filled in file order.
+    starts: list[int] = []
+    ends: list[int] = []
+    fills: list[Fill] = []
+
+    def region(start: int, end: int, fill: Fill) -> None:
+        starts.append(start)
+        ends.append(end)
+        fills.append(fill)
 
     prefix = ledger.declare(("prefix",), "header", "root offset and file identifier",
                             "identifier")
-    regions.append((0, HEADER_OFFSET, ledger.fill(prefix)))
+    region(0, HEADER_OFFSET, ledger.fill(prefix))
     flatbuffer_start = HEADER_OFFSET
     if pf.header is not None:
         header = ledger.declare(("header",), "header", "extended header", "header")
         flatbuffer_start += pf.header.length
-        regions.append((HEADER_OFFSET, flatbuffer_start, ledger.fill(header)))
-    claims, padding = flatbuffer_claims(ledger, view[:pf.program_size], pf.program, stored,
-                                        delegates)
-    regions.append((flatbuffer_start, pf.program_size, ledger.fill_claims(claims, padding)))
-    roles = segment_roles(pf.program)
+        region(HEADER_OFFSET, flatbuffer_start, ledger.fill(header))
+    region(flatbuffer_start, pf.program_size,
+           flatbuffer_fill(ledger, view[:pf.program_size], pf.program, stored, delegates))
+    segments = _Segments(ledger, view, pf.program, stored, delegates)
+    fixed = len(fills)
     for index, (start, size) in enumerate(pf.segment_spans):
+        starts.append(start)
+        ends.append(start + size)
         if size:
-            fill = _segment_fill(ledger, view, pf.program, index, start, size,
-                                 roles.get(index, "unused"), stored, delegates)
-            regions.append((start, start + size, fill))
+            segments.declare(index, start, size)
 
     # Regions in file order; a byte already charged by an earlier region
     # (overlapping segments in a malformed file) is not charged again.
+    gaps = _Gaps(ledger, pf)
+    order = numpy.lexsort((numpy.array(ends, dtype=numpy.int64),
+                           numpy.array(starts, dtype=numpy.int64)))
     cursor = 0
-    for start, end, fill in sorted(regions, key=lambda r: (r[0], r[1])):
+    for k in order.tolist():
+        start, end = starts[k], ends[k]
+        if start == end and k >= fixed:
+            continue  # an empty segment
         if start > cursor:
-            _charge_gap(ledger, cursor, min(start, pf.file_size), pf)
+            gaps.charge(cursor, min(start, pf.file_size))
         if end > cursor:
+            fill = fills[k] if k < fixed else segments.fill(k - fixed, start, end - start)
             fill(max(start, cursor), end)
             cursor = end
     if cursor < pf.file_size:
-        _charge_gap(ledger, cursor, pf.file_size, pf)
+        gaps.charge(cursor, pf.file_size)
 
     duplicates = stored.duplicates()
+    constant_rows: dict[int, list[SizeRow]] = {}
+    for row in ledger.rows.values():
+        if row.kind == "constant" and "buffer" in row.detail:
+            constant_rows.setdefault(row.detail["buffer"], []).append(row)
     for duplicate in duplicates:
         first, *others = duplicate.buffers
-        for row in ledger.rows.values():
-            if row.kind == "constant" and row.detail.get("buffer") in others:
+        for buffer in others:
+            for row in constant_rows.get(buffer, []):
                 row.detail["duplicate_of"] = first
     rows = [row for row in ledger.rows.values() if row.nbytes]
     return SizeReport(pf.file_size, rows, duplicates)
 
 
-def _charge_gap(ledger: Ledger, start: int, end: int, pf: ProgramFile) -> None:
-    segments = [(s, s + size) for s, size in pf.segment_spans if size]
-    if segments and start >= max(e for _, e in segments):
-        item = "after the last segment"
-    elif start >= pf.program_size and (not segments or end <= min(s for s, _ in segments)):
-        item = "between the program and the first segment"
-    else:
-        item = "between segments"
-    ledger.charge(ledger.declare(("gap", item), "padding", item, "padding"), end - start)
+class _Gaps:
+    """Bytes between regions: padding, named by where they are."""
+
+    def __init__(self, ledger: Ledger, pf: ProgramFile) -> None:
+        self.ledger = ledger
+        self.program_size = pf.program_size
+        spans = [(s, s + size) for s, size in pf.segment_spans if size]
+        self.first = min((s for s, _ in spans), default=None)
+        self.last = max((e for _, e in spans), default=None)
+
+    def charge(self, start: int, end: int) -> None:
+        if self.last is not None and start >= self.last:
+            item = "after the last segment"
+        elif start >= self.program_size and (self.first is None or end <= self.first):
+            item = "between the program and the first segment"
+        else:
+            item = "between segments"
+        self.ledger.charge(self.ledger.declare(("gap", item), "padding", item, "padding"),
+                           end - start)
 
 
 # --------------------------------------------------------------------------
@@ -114,48 +146,96 @@ def _charge_gap(ledger: Ledger, start: int, end: int, pf: ProgramFile) -> None:
 # --------------------------------------------------------------------------
 
 
-def _segment_fill(ledger: Ledger, view: memoryview, program: P.Program, index: int,
-                  start: int, size: int, role: str, stored: StoredBuffers,
-                  delegates: DelegateSizes) -> Fill:
-    group = f"segment {index}: {role}"
-    # An XNNPACK payload, and the named data it reads, are the delegate's.
-    fill = delegates.segment_fill(ledger, index, start, group) \
-        if role.startswith("delegate:") else \
-        delegates.weights_fill(ledger, index, start, size) \
-        if role == "named_data" else None
-    if fill is not None:
-        return fill
-    if role == "constants":
-        assert program.constant_segment is not None  # that is what the role says
-        tables: list[tuple[int | None, list[int]]] = [(None, program.constant_segment.offsets)]
-    elif role == "mutable_data":
-        tables = [(j, sub.offsets) for j, sub in enumerate(program.mutable_data_segments)
-                  if sub.segment_index == index]
-    else:
-        return ledger.fill(ledger.declare(("segment", index), group,
-                                          _whole_segment_item(program, index, role),
-                                          _whole_segment_kind(role), segment=index))
-    claims: list[Claim] = []
-    for table, offsets in tables:
-        for i in range(len(offsets)):
-            lo, hi = P.constant_span(offsets, i, size)
-            used = stored.tensor_bytes(table, i, hi - lo)
-            data = view[start + lo:start + lo + used]
-            key = stored.declare(ledger, ("stored", table, i), group, table, i, data)
-            claims.append((start + lo, start + lo + used, key))
-    claims.sort(key=lambda c: c[0])
-    padding = ledger.declare(("segment padding", index), group, "alignment padding",
-                             "padding", segment=index)
-    return ledger.fill_claims(claims, padding)
+class _Segments:
+    """The rows of each segment, by what it holds: declared in index order,
+    filled in file order."""
 
+    def __init__(self, ledger: Ledger, view: memoryview, program: P.Program,
+                 stored: StoredBuffers, delegates: DelegateSizes) -> None:
+        self.ledger = ledger
+        self.view = view
+        self.program = program
+        self.stored = stored
+        self.delegates = delegates
+        self.roles = segment_roles(program)
+        self.keys: dict[int, list[str]] = {}  # segment -> the named-data keys naming it
+        for named in program.named_data:
+            self.keys.setdefault(named.segment_index, []).append(named.key)
+        self.tables: dict[int, list[tuple[int | None, list[int]]]] = {}  # stored buffer tables
+        if program.constant_segment is not None and program.constant_segment.offsets:
+            self.tables.setdefault(program.constant_segment.segment_index, []).append(
+                (None, program.constant_segment.offsets))
+        for j, sub in enumerate(program.mutable_data_segments):
+            self.tables.setdefault(sub.segment_index, []).append((j, sub.offsets))
+        self.payloads: dict[int, Fill] = {}  # delegate payload segments, declared already
 
-def _whole_segment_item(program: P.Program, index: int, role: str) -> str:
-    if role == "named_data":
-        keys = [repr(n.key) for n in program.named_data if n.segment_index == index]
-        return "named data " + ", ".join(keys)
-    if role.startswith("delegate:"):
-        return f"delegate {role.partition(':')[2]} data"
-    return "unused segment (nothing refers to it)"
+    def role(self, index: int) -> str:
+        return self.roles.get(index, "unused")
+
+    def group(self, index: int) -> str:
+        return f"segment {index}: {self.role(index)}"
+
+    def declare(self, index: int, start: int, size: int) -> None:
+        role, group = self.role(index), self.group(index)
+        # An XNNPACK payload, and the named data it reads, are the delegate's.
+        if role.startswith("delegate:"):
+            fill = self.delegates.segment_fill(self.ledger, index, start, group)
+            if fill is not None:
+                self.payloads[index] = fill
+                return
+        elif role == "named_data" and \
+                self.delegates.weights_fill(self.ledger, index, start, size) is not None:
+            return
+        if role in ("constants", "mutable_data"):
+            for table, offsets in self.tables.get(index, []):
+                for i in range(len(offsets)):
+                    if self.ledger.full:
+                        break  # the rest are summed: no need to name (or hash) them
+                    lo, hi = P.constant_span(offsets, i, size)
+                    used = self.stored.tensor_bytes(table, i, hi - lo)
+                    self.stored.declare(self.ledger, ("stored", table, i), group, table, i,
+                                        self.view[start + lo:start + lo + used])
+            self.ledger.declare(("segment padding", index), group, "alignment padding",
+                                "padding", segment=index)
+            return
+        self.ledger.declare(("segment", index), group, self._whole_item(index, role),
+                            _whole_segment_kind(role), segment=index)
+
+    def fill(self, index: int, start: int, size: int) -> Fill:
+        role = self.role(index)
+        if index in self.payloads:
+            return self.payloads[index]
+        if role == "named_data":
+            fill = self.delegates.weights_fill(self.ledger, index, start, size)
+            if fill is not None:
+                return fill
+        if role not in ("constants", "mutable_data"):
+            kind = _whole_segment_kind(role)
+            return self.ledger.fill(self.ledger.lookup(("segment", index), kind))
+        tables = self.tables.get(index, [])
+
+        def claims() -> Iterator[Claim]:
+            for table, offsets in tables:
+                kind = "constant" if table is None else "mutable_data"
+                # In offset order (a malformed file's may not be).
+                for i in numpy.argsort(numpy.array(offsets, dtype=numpy.int64),
+                                       kind="stable").tolist():
+                    lo, hi = P.constant_span(offsets, i, size)
+                    used = self.stored.tensor_bytes(table, i, hi - lo)
+                    yield start + lo, start + lo + used, self.ledger.lookup(
+                        ("stored", table, i), kind)
+        padding = self.ledger.lookup(("segment padding", index), "padding")
+        return self.ledger.fill_claims(claims, padding)
+
+    def _whole_item(self, index: int, role: str) -> str:
+        if role == "named_data":
+            keys = self.keys.get(index, [])
+            shown = ", ".join(repr(key) for key in keys[:8])
+            return "named data " + shown + (f", ... {len(keys) - 8} more" if len(keys) > 8
+                                             else "")
+        if role.startswith("delegate:"):
+            return f"delegate {role.partition(':')[2]} data"
+        return "unused segment (nothing refers to it)"
 
 
 def _whole_segment_kind(role: str) -> str:

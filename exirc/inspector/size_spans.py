@@ -1,54 +1,135 @@
-"""A FlatBuffer reader that records the byte span of every object it visits.
+"""A FlatBuffer reader that charges the bytes of every object it visits to a
+row of the size report.
 
 The size report decodes a FlatBuffer again with it (the program's, an
-XNNPACK payload's graph) and charges each span to the part of the file its
-field path names. It is the checked reader, so a hostile buffer fails the
-same way it fails when read for real.
+XNNPACK payload's graph). Each table, vtable, vector (its length prefix
+apart) and string is charged, as it is visited, to the row its place in the
+buffer names (`Rules`: a method's values, instructions...). A byte goes to
+the first object visited that covers it, so a vtable or string shared by
+many tables counts once, and overlapping objects of a hostile file never
+count twice. Nothing is kept per object: a bitmap of the bytes already
+charged (one byte per byte of the window) and a total per row, so the
+report costs the size of the buffer, not the number of objects in it.
+It is the checked reader, so a hostile buffer fails the same way it fails
+when read for real.
 """
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
+from exirc.inspector.size_ledger import Ledger, RowKey
 from exirc.serialize.checked_buffer import CheckedBuffer, Path, TableView
 
+_ONES = b"\x01" * (1 << 16)
 
-class SpanRecorder(CheckedBuffer):
-    """A checked reader that records (start, end, field path) of each object."""
 
-    def __init__(self, data: bytes | memoryview) -> None:
+class Charger:
+    """Charges the bytes of the window [lo, hi) of the file to rows, each
+    byte once. Positions are file offsets."""
+
+    def __init__(self, ledger: Ledger, lo: int, hi: int) -> None:
+        self.ledger = ledger
+        self.lo = lo
+        self.hi = max(lo, hi)
+        self.claimed = bytearray(self.hi - lo)
+        self.charged = 0
+
+    def charge(self, start: int, end: int, key: RowKey) -> None:
+        a, b = max(start, self.lo) - self.lo, min(end, self.hi) - self.lo
+        if a >= b:
+            return
+        free = (b - a) - self.claimed.count(1, a, b)
+        if not free:
+            return
+        self.ledger.charge(key, free)
+        self.charged += free
+        while a < b:  # mark them, a chunk at a time (a span may be megabytes)
+            n = min(b - a, len(_ONES))
+            self.claimed[a:a + n] = _ONES[:n]
+            a += n
+
+    def rest(self, key: RowKey) -> None:
+        """The bytes of the window nothing claimed, to `key`."""
+        left = (self.hi - self.lo) - self.charged
+        if left:
+            self.ledger.charge(key, left)
+            self.charged += left
+
+
+State = Any  # what a `Rules` knows of a table: its row, and what its fields are
+
+
+class Rules(Protocol):
+    """Which row each object of one kind of FlatBuffer goes to."""
+
+    root: State
+
+    def row(self, state: State) -> RowKey:
+        """The row of a table (and its vtable) in `state`."""
+
+    def child(self, state: State, part: str, index: int | None) -> State:
+        """The state of a table at field `part` (`.name`, or `.name(Member)` for
+        a union) of a table in `state`; `index` when it is a vector's element."""
+
+    def vector(self, state: State, name: str, charger: Charger, length: int, start: int,
+               end: int) -> None:
+        """Charge vector or string field `name` of a table in `state`: its length
+        prefix at `length`, its elements [start, end)."""
+
+
+class ChargingRecorder(CheckedBuffer):
+    """A checked reader of the FlatBuffer `data`, which starts at file offset
+    `base`, charging what it visits through `charger` by `rules`."""
+
+    def __init__(self, data: bytes | memoryview, base: int, charger: Charger,
+                 rules: Rules) -> None:
         super().__init__(data)
-        self.spans: list[tuple[int, int, str]] = []
+        self.base = base
+        self.charger = charger
+        self.rules = rules
 
     def view(self, pos: int, vtable: int, vtable_len: int, table_len: int,
              path: str | Path) -> TableView:
-        text = str(path)
-        self.spans.append((pos, pos + table_len, text))
-        self.spans.append((vtable, vtable + vtable_len, text))
-        return _RecordingTable(self, pos, vtable, vtable_len, table_len, path)
+        rules = self.rules
+        if isinstance(path, Path):
+            parent = path.parent.note if isinstance(path.parent, Path) else rules.root
+            state = path.note = rules.child(parent, path.part, path.index)
+        else:
+            state = rules.root
+        row = rules.row(state)
+        base = self.base
+        self.charger.charge(base + pos, base + pos + table_len, row)
+        self.charger.charge(base + vtable, base + vtable + vtable_len, row)
+        return _ChargingTable(self, pos, vtable, vtable_len, table_len, path, state)
 
 
-class _RecordingTable(TableView):
-    __slots__ = ()
+class _ChargingTable(TableView):
+    __slots__ = ("state",)
+
+    def __init__(self, buf: ChargingRecorder, pos: int, vtable: int, vtable_len: int,
+                 table_len: int, where: str | Path, state: State) -> None:
+        super().__init__(buf, pos, vtable, vtable_len, table_len, where)
+        self.state = state
 
     def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
         found = super()._vector(slot, elem_size, name)
         if found is not None:
             start, count = found
-            path = str(self.field_path(name))
-            spans = self._spans()
-            # The length prefix apart, so inline data can be charged alone.
-            spans.append((start - 4, start, path + "#length"))
-            spans.append((start, start + count * elem_size, path))
+            buf = self.buf
+            assert isinstance(buf, ChargingRecorder)
+            base = buf.base
+            buf.rules.vector(self.state, name, buf.charger, base + start - 4, base + start,
+                             base + start + count * elem_size)
         return found
 
     def string(self, slot: int, name: str) -> str | None:
-        text = super().string(slot, name)
-        if text is not None:
-            # `_vector` just recorded the string's bytes; add its terminator.
-            spans = self._spans()
-            _, end, path = spans[-1]
-            spans.append((end, end + 1, path))
-        return text
-
-    def _spans(self) -> list[tuple[int, int, str]]:
-        assert isinstance(self.buf, SpanRecorder)
-        return self.buf.spans
+        found = self._vector(slot, 1, name)  # charges the length prefix and the bytes
+        if found is None:
+            return None
+        start, count = found
+        buf = self.buf
+        assert isinstance(buf, ChargingRecorder)
+        end = buf.base + start + count  # the terminating zero
+        buf.rules.vector(self.state, name, buf.charger, end, end, end + 1)
+        return self.string_at(start, count, name)

@@ -5,14 +5,13 @@ uses each, what it is called, and which hold the same bytes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from exirc.inspector.listing import value_type
 from exirc.inspector.render import plural
 from exirc.inspector.size_constant_names import ConstantUse, NameSource, constant_name
 from exirc.inspector.size_ledger import Ledger, RowKey
 from exirc.inspector.size_rows import DuplicateConstants
-from exirc.inspector.value_lifetimes import touched_values
 from exirc.serialize import program as P
 
 
@@ -70,10 +69,14 @@ def stored_buffer_uses(program: P.Program) -> dict[int | None, dict[int, Constan
     data_buffer_idx, under j those of mutable data segment table j."""
     found: dict[int | None, dict[int, ConstantUse]] = {}
     for plan in program.execution_plan:
-        users = first_users(plan)
-        for index, value in enumerate(plan.values):
-            if not isinstance(value, P.Tensor) or not value.data_buffer_idx:
-                continue
+        stored = [index for index, value in enumerate(plan.values)
+                  if isinstance(value, P.Tensor) and value.data_buffer_idx]
+        if not stored:
+            continue
+        users = first_users(plan, frozenset(stored))
+        for index in stored:
+            value = plan.values[index]
+            assert isinstance(value, P.Tensor)
             table: int | None = None
             if value.allocation_info is not None:
                 # Planned memory with stored data is mutable state: its
@@ -90,9 +93,17 @@ def stored_buffer_uses(program: P.Program) -> dict[int | None, dict[int, Constan
     return found
 
 
-def first_users(plan: P.ExecutionPlan) -> dict[int, str]:
-    """Value index -> the first operator or delegate whose call uses it."""
+def first_users(plan: P.ExecutionPlan, wanted: Collection[int] | None = None) -> dict[int, str]:
+    """Value index -> the first operator or delegate whose call uses it (of the
+    values in `wanted`, or all). Each tensor list's items are looked at once,
+    at its first call, however many calls use it."""
     users: dict[int, str] = {}
+    lists_seen: set[int] = set()
+
+    def use(index: int, name: str) -> None:
+        if wanted is None or index in wanted:
+            users.setdefault(index, name)
+
     for chain in plan.chains:
         for instr in chain.instructions:
             if isinstance(instr, P.KernelCall):
@@ -101,6 +112,13 @@ def first_users(plan: P.ExecutionPlan) -> dict[int, str]:
                 name = f"delegate {plan.delegates[instr.delegate_index].id}"
             else:
                 continue
-            for index in touched_values(plan, instr):
-                users.setdefault(index, name)
+            for index in instr.args:
+                use(index, name)
+                value = plan.values[index]
+                if isinstance(value, (P.TensorList, P.OptionalTensorList)) and \
+                        id(value.items) not in lists_seen:
+                    lists_seen.add(id(value.items))
+                    for item in value.items:
+                        if item >= 0:
+                            use(item, name)
     return users

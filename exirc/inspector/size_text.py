@@ -4,6 +4,8 @@ duplicated constants.
 
 from __future__ import annotations
 
+import heapq
+
 from exirc.inspector.render import Style, clean, compact_bytes, human_bytes, plural
 from exirc.inspector.size_rows import SizeReport, SizeRow
 
@@ -52,13 +54,10 @@ def _shown_rows(rows: list[SizeRow]) -> list[tuple[str, int, str]]:
     """(label, bytes, note) of a group's rows as listed: stored buffers
     largest first and cut to one screen, the others in file order."""
     stored = [r for r in rows if r.kind in STORED_KINDS]
-    shown = sorted(stored, key=lambda r: -r.nbytes)[:MAX_CONSTANT_ROWS]
-    rest = [r for r in stored if r not in shown]
-    out = []
-    for row in rows:
-        if row in rest:
-            continue
-        out.append((row.item, row.nbytes, _note(row)))
+    shown = {id(r) for r in heapq.nsmallest(MAX_CONSTANT_ROWS, stored, key=lambda r: -r.nbytes)}
+    rest = [r for r in stored if id(r) not in shown]
+    hidden = {id(r) for r in rest}
+    out = [(row.item, row.nbytes, _note(row)) for row in rows if id(row) not in hidden]
     if rest:
         out.append((f"... {plural(len(rest), 'more buffer')} (see --json)",
                     sum(r.nbytes for r in rest), ""))

@@ -129,12 +129,15 @@ class Path:
     part instead: `Path(parent, ".name")`, `Path(parent, "[3]")`.
     """
 
-    __slots__ = ("parent", "part", "index")
+    __slots__ = ("parent", "part", "index", "note")
 
     def __init__(self, parent: str | Path, part: str, index: int | None = None) -> None:
         self.parent = parent
         self.part = part
         self.index = index
+        # What a reader that records attaches to the table here (the size
+        # report: which row its bytes go to), for its children to start from.
+        self.note: Any = None
 
     def __str__(self) -> str:
         parts = []
@@ -211,6 +214,11 @@ class TableView:
         self.buf.charge(count * max(elem_size, 1), path)
         return start + 4, count
 
+    def vector_span(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
+        """(first element position, element count) of a vector field, checked,
+        without reading its elements."""
+        return self._vector(slot, elem_size, name)
+
     def scalars(self, slot: int, fmt: str, name: str) -> list[int]:
         """A vector of scalars, e.g. fmt "i" for [int]."""
         size = struct.calcsize("<" + fmt)
@@ -254,6 +262,10 @@ class TableView:
         if found is None:
             return None
         start, count = found
+        return self.string_at(start, count, name)
+
+    def string_at(self, start: int, count: int, name: str) -> str:
+        """The text of string field `name`, whose `count` bytes are at `start`."""
         return self.buf._once(start - 4, _utf8, (self, start, count, name))
 
     def union(self, type_slot: int, value_slot: int, name: str,
