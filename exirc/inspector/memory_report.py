@@ -120,21 +120,20 @@ class _Planned:
 
     def __init__(self, plan: P.ExecutionPlan, first: Array, last: Array) -> None:
         self.plan = plan
-        indices, ids, offsets, sizes = [], [], [], []
+        # Gathered as machine ints (an int object each would cost more than the file).
+        indices, ids, offsets, sizes = (array("q") for _ in range(4))
         for index, evalue in enumerate(plan.values):
             if isinstance(evalue, P.Tensor) and evalue.allocation_info is not None:
                 indices.append(index)
                 ids.append(evalue.allocation_info.memory_id)
                 offsets.append(evalue.allocation_info.offset)
                 sizes.append(evalue.nbytes)
-        value = numpy.array(indices, dtype=numpy.int64)
-        memory_id = numpy.array(ids, dtype=numpy.int64)
-        offset = numpy.array(offsets, dtype=numpy.int64)
-        nbytes = numpy.array(sizes, dtype=numpy.int64)
+        value, memory_id, offset, nbytes = (_int64(a) for a in (indices, ids, offsets, sizes))
         del indices, ids, offsets, sizes
         order = numpy.lexsort((value, nbytes, offset, memory_id))
         self.value, self.memory_id = value[order], memory_id[order]
         self.offset, self.nbytes = offset[order], nbytes[order]
+        del value, memory_id, offset, nbytes, order
         self.first, self.last = first[self.value], last[self.value]
         # Regions: runs of equal (memory_id, offset, bytes).
         count = len(self.value)
@@ -148,25 +147,28 @@ class _Planned:
 
     def _spans(self) -> None:
         """Merge each region's tensor lifetimes into its live spans."""
-        span_first: list[int] = []
-        span_last: list[int] = []
+        span_first, span_last = array("q"), array("q")
         span_start = numpy.zeros(len(self.block_start) + 1, dtype=numpy.int64)
-        first, last = self.first, self.last
+        first, last = array("q", self.first.tobytes()), array("q", self.last.tobytes())
         for b, (lo, hi) in enumerate(zip(self.block_start.tolist(), self.block_end.tolist())):
-            spans = sorted((int(first[k]), int(last[k])) for k in range(lo, hi)
-                           if first[k] != NONE)
-            merged: list[list[int]] = []
-            for f, last_ in spans:
-                if merged and f <= merged[-1][1] + 1:
-                    merged[-1][1] = max(merged[-1][1], last_)
-                else:
-                    merged.append([f, last_])
-            for f, last_ in merged:
-                span_first.append(f)
-                span_last.append(last_)
+            if hi - lo == 1:  # most regions hold one tensor: nothing to merge
+                if first[lo] != NONE:
+                    span_first.append(first[lo])
+                    span_last.append(last[lo])
+            else:
+                spans = sorted((first[k], last[k]) for k in range(lo, hi) if first[k] != NONE)
+                merged: list[list[int]] = []
+                for f, last_ in spans:
+                    if merged and f <= merged[-1][1] + 1:
+                        merged[-1][1] = max(merged[-1][1], last_)
+                    else:
+                        merged.append([f, last_])
+                for f, last_ in merged:
+                    span_first.append(f)
+                    span_last.append(last_)
             span_start[b + 1] = len(span_first)
-        self.span_first = numpy.array(span_first, dtype=numpy.int64)
-        self.span_last = numpy.array(span_last, dtype=numpy.int64)
+        self.span_first = _int64(span_first)
+        self.span_last = _int64(span_last)
         self.span_start = span_start
 
     def arena_ranges(self) -> dict[int, tuple[int, int, int, int]]:
@@ -417,6 +419,12 @@ class MethodMemory:
             "warning_count": self.warning_count,
             "warnings_complete": self.warnings_complete,
         }
+
+
+def _int64(values: array[int]) -> Array:
+    """A numpy copy of an array of machine ints."""
+    return numpy.frombuffer(values, dtype=numpy.int64).copy() if len(values) \
+        else numpy.zeros(0, dtype=numpy.int64)
 
 
 def block_names(block: Block) -> str:

@@ -206,7 +206,7 @@ def _walk_plan(t: TableView) -> None:
     if meta is not None:
         meta.string(0, "encoded_inp_str")
         meta.string(1, "encoded_out_str")
-    _each(t, 2, "values", decode.evalue)
+    _each(t, 2, "values", _walk_evalue)
     t.vector_span(3, 4, "inputs")
     t.vector_span(4, 4, "outputs")
     for x in t.tables(5, "chains"):
@@ -220,6 +220,21 @@ def _walk_plan(t: TableView) -> None:
     _each(t, 7, "delegates", decode.delegate)
     for _ in t.tables(9, "non_const_buffer_device"):
         pass  # scalars only
+
+
+_LIST_ITEM_SIZES = {P.IntList: 8, P.DoubleList: 8, P.BoolList: 1, P.TensorList: 4,
+                    P.OptionalTensorList: 4}
+
+
+def _walk_evalue(t: TableView) -> None:
+    """What `decode.evalue` reads, without making a list of a list's items."""
+    kind, body = t.union(0, 1, "val", P.KERNEL_TYPES)
+    if kind is P.Tensor:
+        decode.tensor(body)
+    elif kind is P.String:
+        body.string(0, "string_val")
+    elif kind in _LIST_ITEM_SIZES:
+        body.vector_span(0, _LIST_ITEM_SIZES[kind], "items")
 
 
 def _each(t: TableView, slot: int, name: str, read: Callable[[TableView], object]) -> None:

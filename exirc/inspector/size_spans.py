@@ -8,7 +8,7 @@ buffer names (`Rules`: a method's values, instructions...). A byte goes to
 the first object visited that covers it, so a vtable or string shared by
 many tables counts once, and overlapping objects of a hostile file never
 count twice. Nothing is kept per object: a bitmap of the bytes already
-charged (one byte per byte of the window) and a total per row, so the
+charged (a bit per byte of the window) and a total per row, so the
 report costs the size of the buffer, not the number of objects in it.
 It is the checked reader, so a hostile buffer fails the same way it fails
 when read for real.
@@ -21,33 +21,33 @@ from typing import Any, Protocol
 from exirc.inspector.size_ledger import Ledger, RowKey
 from exirc.serialize.checked_buffer import CheckedBuffer, Path, TableView
 
-_ONES = b"\x01" * (1 << 16)
-
 
 class Charger:
     """Charges the bytes of the window [lo, hi) of the file to rows, each
-    byte once. Positions are file offsets."""
+    byte once. Positions are file offsets; which bytes are charged already is
+    one bit per byte."""
 
     def __init__(self, ledger: Ledger, lo: int, hi: int) -> None:
         self.ledger = ledger
         self.lo = lo
         self.hi = max(lo, hi)
-        self.claimed = bytearray(self.hi - lo)
+        self.claimed = bytearray((self.hi - lo + 7) // 8)
         self.charged = 0
 
     def charge(self, start: int, end: int, key: RowKey) -> None:
         a, b = max(start, self.lo) - self.lo, min(end, self.hi) - self.lo
         if a >= b:
             return
-        free = (b - a) - self.claimed.count(1, a, b)
+        first, last = a >> 3, (b - 1) >> 3
+        shift, mask = a & 7, (1 << (b - a)) - 1
+        bits = int.from_bytes(self.claimed[first:last + 1], "little")
+        free = (b - a) - ((bits >> shift) & mask).bit_count()
         if not free:
             return
         self.ledger.charge(key, free)
         self.charged += free
-        while a < b:  # mark them, a chunk at a time (a span may be megabytes)
-            n = min(b - a, len(_ONES))
-            self.claimed[a:a + n] = _ONES[:n]
-            a += n
+        self.claimed[first:last + 1] = (bits | (mask << shift)).to_bytes(last + 1 - first,
+                                                                         "little")
 
     def rest(self, key: RowKey) -> None:
         """The bytes of the window nothing claimed, to `key`."""
