@@ -3,7 +3,8 @@
 The runner forks each mutant from a server that imported this module (and
 so torch and the runtime) but never ran a kernel. Here, in the fork, the
 process limits its own memory, then drives the mutant the ways a user can:
-`load(bytes)` and `Method.run` (route "api") or `exirc run` on a file (route
+`load(bytes)` and `Method.run` (route "api", or "hostile" with edge values as
+inputs) or `exirc run` on a file (route
 "cli", the command's own code in-process), then every `exirc inspect` view.
 It sends the runner a message before each stage (so a crash is placed) and
 the outcome of every stage at the end. An outcome is "ok", an exirc error
@@ -36,7 +37,6 @@ from exirc.serialize import bundled_cases, deserialize
 # What the fork server imports before forking, so a mutant's process starts warm.
 PRELOAD = ["tools.mutants.child"]
 
-HOSTILE_INPUTS = 0.2  # share of mutants whose inputs are edge values (route "api")
 _HOSTILE_INTS = [-1, -(2**31), 2**31 - 1, 2**40, 2**62, -(2**63), 1000, 10**9]
 
 INSPECT_VIEWS = ["summary", "instructions", "memory", "size", "quantization"]
@@ -81,7 +81,7 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
             if route == "cli":
                 _cli_runs(path, data, seed, limits, stages, conn)
             else:
-                _api_runs(data, seed, limits, stages, conn)
+                _api_runs(data, seed, limits, stages, conn, hostile=route == "hostile")
             _inspect(path, data, seed, stages, conn)
     except BaseException as error:  # noqa: BLE001 (the harness's own failure, reported as such)
         stages.append(Stage("harness", "harness", _first_line(error)))
@@ -101,7 +101,7 @@ def replay_here(data: bytes, route: str, seed: int, limits: Limits) -> list[Stag
         if route == "cli":
             _cli_runs(path, data, seed, limits, stages, sender)
         else:
-            _api_runs(data, seed, limits, stages, sender)
+            _api_runs(data, seed, limits, stages, sender, hostile=route == "hostile")
         _inspect(path, data, seed, stages, sender)
     for stage in stages:
         print(f"  {stage.name}: {stage.outcome} {stage.detail}\n{stage.trace}".rstrip())
@@ -176,12 +176,11 @@ def _stage(name: str, stages: list[Stage], conn: Sender, fn: Any, *args: Any) ->
 
 
 def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
-              conn: Sender) -> None:
+              conn: Sender, *, hostile: bool = False) -> None:
     program = _stage("load", stages, conn, lambda: load(data, max_steps=limits.max_steps))
     if program is None:
         return
     rng = numpy.random.default_rng(seed)
-    hostile = rng.random() < HOSTILE_INPUTS
     for name, method in program.methods.items():
         try:
             inputs = random_inputs(method.inputs, rng, limits.input_bytes, hostile=hostile)

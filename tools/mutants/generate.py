@@ -42,7 +42,11 @@ WEIGHTS: dict[str, float] = {
     "byte_flip": 2, "byte_word": 1.5, "byte_cut": 1,
 }
 MULTI = 0.12  # share of mutants with two or three model mutations at once
-ROUTES = {"api": 0.75, "cli": 0.25}  # load(bytes) and Method.run, or `exirc run` in-process
+# How a mutant is driven: load(bytes) and Method.run on random inputs ("api"),
+# the same on edge values as inputs ("hostile": indices out of range, NaN), or
+# `exirc run` on a file, in-process ("cli").
+ROUTES = {"api": 0.6, "hostile": 0.15, "cli": 0.25}
+CONTROL_ROUTES = ("api", "cli")  # an unmutated program must run cleanly on sound inputs
 _ATTEMPTS = 6
 UNMUTATED = "none"  # the kind of a control: the base itself, which must run cleanly
 
@@ -93,7 +97,7 @@ def plan_mutants(bases: Sequence[str], count: int, seed: int) -> list[Spec]:
 def controls(bases: Sequence[str]) -> list[Spec]:
     """Each base unmutated, through each route: a runtime that refuses or
     breaks a real program is as wrong as one that crashes on a mutant."""
-    return [Spec(base, (UNMUTATED,), 0, route) for base in bases for route in ROUTES]
+    return [Spec(base, (UNMUTATED,), 0, route) for base in bases for route in CONTROL_ROUTES]
 
 
 def make_mutant(spec: Spec, base: bytes, catalog: Catalog) -> Mutant:
