@@ -115,14 +115,13 @@ def make_mutant(spec: Spec, base: bytes, catalog: Catalog) -> Mutant:
         program = deserialize(base)
         context = Context(program, rng, catalog)
         parts = []
-        for kind in spec.kinds:
-            what = MODEL_KINDS[kind](context)
-            if what is not None:
-                parts.append(f"{kind}: {what}")
-        if not parts:
-            continue
         try:
-            return Mutant(spec, "; ".join(parts), serialize(program))
+            for kind in spec.kinds:
+                what = MODEL_KINDS[kind](context)
+                if what is not None:
+                    parts.append(f"{kind}: {what}")
+            if parts:
+                return Mutant(spec, "; ".join(parts), serialize(program))
         except Exception:  # noqa: BLE001 (a value the format cannot hold: draw again)
             continue
     data, flipped = BYTE_KINDS["byte_flip"](base, rng)  # nothing of the kind here

@@ -166,7 +166,7 @@ def xnn_graph(ctx: Context) -> str | None:
             entry = graph.constant_data[i]
             was = (entry.offset, entry.size)
             if rng.random() < 0.5:
-                entry.offset = rng.choice([0, 16, entry.offset + 4, 2**32, 2**63])
+                entry.offset = rng.choice([0, 16, (entry.offset + 4) % 2**64, 2**32, 2**63])
             else:
                 entry.size = rng.choice([0, 1, entry.size // 2, entry.size * 2, 2**40])
             return f"xnn constant {i}: (offset, size) {was} -> {(entry.offset, entry.size)}"
