@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import random
 import resource
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from exirc.cli.app import cli
 from exirc.errors import ExircError, InternalError
 from exirc.runtime import load
 from exirc.serialize import bundled_cases, deserialize
+from tools.mutants import input_files
 
 # What the fork server imports before forking, so a mutant's process starts warm.
 PRELOAD = ["tools.mutants.child"]
@@ -63,6 +66,7 @@ class Stage:
     detail: str = ""  # the error's type and first line
     seconds: float = 0.0
     trace: str = ""  # a raw exception's innermost frames
+    note: str = ""  # what the stage was given, when the mutant does not say (a bent input file)
 
 
 def ready() -> None:
@@ -78,10 +82,7 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     started = time.perf_counter()
     try:
         with memfd(data) as path:
-            if route == "cli":
-                _cli_runs(path, data, seed, limits, stages, conn)
-            else:
-                _api_runs(data, seed, limits, stages, conn, hostile=route == "hostile")
+            _drive(route, path, data, seed, limits, stages, conn, os.path.dirname(log_path))
             _inspect(path, data, seed, stages, conn)
     except BaseException as error:  # noqa: BLE001 (the harness's own failure, reported as such)
         stages.append(Stage("harness", "harness", _first_line(error)))
@@ -97,11 +98,8 @@ def replay_here(data: bytes, route: str, seed: int, limits: Limits) -> list[Stag
     printed with a raw exception's traceback: for debugging one reproducer."""
     stages: list[Stage] = []
     sender = _Printer()
-    with memfd(data) as path:
-        if route == "cli":
-            _cli_runs(path, data, seed, limits, stages, sender)
-        else:
-            _api_runs(data, seed, limits, stages, sender, hostile=route == "hostile")
+    with memfd(data) as path, tempfile.TemporaryDirectory(prefix="mutants-replay-") as folder:
+        _drive(route, path, data, seed, limits, stages, sender, folder)
         _inspect(path, data, seed, stages, sender)
     for stage in stages:
         print(f"  {stage.name}: {stage.outcome} {stage.detail}\n{stage.trace}".rstrip())
@@ -114,6 +112,17 @@ class _Printer:
     def send(self, message: tuple[Any, ...]) -> None:
         if message[0] == "stage":
             print(f"stage: {message[1]}", flush=True)
+
+
+def _drive(route: str, path: str, data: bytes, seed: int, limits: Limits, stages: list[Stage],
+           conn: Sender, folder: str) -> None:
+    """Load and run the mutant the way `route` says (`folder` takes files)."""
+    if route == "cli":
+        _cli_runs(path, data, seed, limits, stages, conn, folder)
+    elif route == "npz":
+        _npz_runs(path, data, seed, limits, stages, conn, folder)
+    else:
+        _api_runs(data, seed, limits, stages, conn, hostile=route == "hostile")
 
 
 def _isolate(limits: Limits, log_path: str) -> None:
@@ -261,14 +270,45 @@ def _method_names(data: bytes) -> list[str]:
 
 
 def _cli_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[Stage],
-              conn: Sender) -> None:
+              conn: Sender, folder: str) -> None:
     names = _method_names(data) or ["forward"]
-    for name in names:
+    outputs = os.path.join(folder, f"{os.getpid()}-outputs.npz")
+    for n, name in enumerate(names):
         args = ["run", path, "--random", "--seed", str(seed % 1000), "--method", name,
                 "--max-steps", str(limits.max_steps), "--repeat", str(limits.runs)]
+        if n == 0:  # the profile and writing the outputs, once a mutant
+            args += ["--profile", "-o", outputs]
         _stage(f"exirc run --method {name}", stages, conn, _cli, args)
+    with contextlib.suppress(OSError):
+        os.unlink(outputs)
     if _has_bundle(data):
         _stage("exirc run --check", stages, conn, _cli, ["run", path, "--check"])
+
+
+def _npz_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[Stage],
+              conn: Sender, folder: str) -> None:
+    """`exirc run --inputs FILE.npz` with the file bent (`input_files`)."""
+    program = _stage("load", stages, conn, lambda: load(data, max_steps=limits.max_steps))
+    if program is None:
+        return
+    name, method = next(iter(program.methods.items()))
+    try:
+        inputs = random_inputs(method.inputs, numpy.random.default_rng(seed), limits.input_bytes)
+        arrays = {spec.name: value.numpy() if isinstance(value, torch.Tensor)
+                  else numpy.asarray(value) for spec, value in zip(method.inputs, inputs)}
+    except Exception as error:  # noqa: BLE001 (inputs numpy cannot hold, e.g. bfloat16)
+        stages.append(Stage("exirc run --inputs", "skipped", _first_line(error)))
+        return
+    blob, what = input_files.hostile_npz(arrays, random.Random(seed))
+    archive = os.path.join(folder, f"{os.getpid()}-inputs.npz")
+    with open(archive, "wb") as file:
+        file.write(blob)
+    _stage("exirc run --inputs", stages, conn, _cli,
+           ["run", path, "--inputs", archive, "--method", name, "--max-steps",
+            str(limits.max_steps)])
+    stages[-1].note = what
+    with contextlib.suppress(OSError):
+        os.unlink(archive)
 
 
 def _inspect(path: str, data: bytes, seed: int, stages: list[Stage], conn: Sender) -> None:

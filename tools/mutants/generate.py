@@ -43,9 +43,10 @@ WEIGHTS: dict[str, float] = {
 }
 MULTI = 0.12  # share of mutants with two or three model mutations at once
 # How a mutant is driven: load(bytes) and Method.run on random inputs ("api"),
-# the same on edge values as inputs ("hostile": indices out of range, NaN), or
-# `exirc run` on a file, in-process ("cli").
-ROUTES = {"api": 0.6, "hostile": 0.15, "cli": 0.25}
+# the same on edge values as inputs ("hostile": indices out of range, NaN),
+# `exirc run` on a file, in-process ("cli"), or `exirc run --inputs` with a
+# bent .npz of inputs ("npz").
+ROUTES = {"api": 0.55, "hostile": 0.15, "cli": 0.2, "npz": 0.1}
 CONTROL_ROUTES = ("api", "cli")  # an unmutated program must run cleanly on sound inputs
 _ATTEMPTS = 6
 UNMUTATED = "none"  # the kind of a control: the base itself, which must run cleanly

@@ -136,7 +136,8 @@ def problems(result: Result) -> list[str]:
             frames = [line for line in stage.trace.splitlines()
                       if line.strip().startswith("File ")]
             where = f" at {_frame(frames[-1])}" if frames else ""
-            found.append(f"{stage.outcome} in {stage.name}: {stage.detail}{where}")
+            given = f" — given {stage.note}" if stage.note else ""
+            found.append(f"{stage.outcome} in {stage.name}: {stage.detail}{where}{given}")
         elif any(sign in stage.detail for sign in MEMORY_SIGNS):
             found.append(f"memory in {stage.name}: {stage.outcome} {stage.detail}")
     if result.outcome == "crash":
@@ -158,7 +159,8 @@ def explain(result: Result) -> str:
 def signature(problem: str) -> str:
     """What groups failures with one cause: the problem with numbers, quoted
     names and method names blurred."""
-    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", problem)
+    text = re.sub(r" — given .*$", "", problem)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
     text = re.sub(r"\d+", "N", text)
     text = re.sub(r"\[[^\]]*\]", "[…]", text)
     text = re.sub(r"(--method|run|method) \S+", r"\1 …", text)
