@@ -6,7 +6,8 @@ batch, program state, int8 on XNNPACK), each with operators swapped for
 other real ones, lists, dims, dtypes, dim orders, sizes, offsets, overlaps,
 argument kinds, jumps or bytes changed (`tools/mutants`). Each runs in its own
 process with a timeout and a memory limit: loaded and run through the API
-or `exirc run`, then every `exirc inspect` view. None may crash, hang, blow
+(on random inputs, or edge values), through `exirc run` (with random inputs,
+or a bent .npz of inputs), then every `exirc inspect` view. None may crash, hang, blow
 the memory limit or raise anything but a typed exirc error; and enough of
 them must still load and run that the suite cannot pass by the runtime
 refusing everything. Every base program, unmutated, must run cleanly.
