@@ -112,7 +112,10 @@ class _Writer:
     def value(self, value: Any, level: int) -> None:
         """Dicts, Lazy lists and lists of dicts are walked (they may hold Lazy
         lists); anything else is encoded whole by `json`."""
-        if isinstance(value, Mapping):
+        scalar = _scalar(value)
+        if scalar is not None:
+            self.text(scalar)
+        elif isinstance(value, Mapping):
             self.container("{", "}", value.items(), level, keyed=True)
         elif isinstance(value, Lazy) or (isinstance(value, (list, tuple)) and any(
                 isinstance(item, (Mapping, Lazy)) for item in value)):
@@ -130,12 +133,33 @@ class _Writer:
             separator = "," + inner
             if keyed:
                 key, item = item
-                self.text(json.dumps(_key(key)) + ": ")
+                self.text(_string(_key(key)) + ": ")
             self.value(item, level + 1)
         if separator.startswith(opening):  # nothing written: `{}` or `[]`
             self.text(opening + closing)
         else:
             self.text("\n" + _INDENT * level + closing)
+
+
+_string = json.encoder.encode_basestring_ascii
+
+
+def _scalar(value: Any) -> str | None:
+    """`json.dumps(value)` of a string, number, bool or None, quickly; None
+    for anything else. (Most of a document is these: one call of `json`
+    each would be most of its cost.)"""
+    kind = type(value)
+    if kind is str:
+        return _string(value)
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is float:
+        return json.dumps(value)
+    return None
 
 
 def _key(key: Any) -> str:

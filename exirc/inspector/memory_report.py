@@ -129,18 +129,24 @@ class _Planned:
                 offsets.append(evalue.allocation_info.offset)
                 sizes.append(evalue.nbytes)
         value, memory_id, offset, nbytes = (_int64(a) for a in (indices, ids, offsets, sizes))
-        del indices, ids, offsets, sizes
+        del indices, ids, offsets, sizes  # the views keep each until it is replaced
         order = numpy.lexsort((value, nbytes, offset, memory_id))
-        self.value, self.memory_id = value[order], memory_id[order]
-        self.offset, self.nbytes = offset[order], nbytes[order]
-        del value, memory_id, offset, nbytes, order
+        self.value = value[order]
+        del value
+        self.memory_id = memory_id[order]
+        del memory_id
+        self.offset = offset[order]
+        del offset
+        self.nbytes = nbytes[order]
+        del nbytes, order
         self.first, self.last = first[self.value], last[self.value]
         # Regions: runs of equal (memory_id, offset, bytes).
         count = len(self.value)
-        starts = numpy.ones(count, dtype=bool)
+        starts = numpy.zeros(count, dtype=bool)
         if count:
-            starts[1:] = (numpy.diff(self.memory_id) != 0) | (numpy.diff(self.offset) != 0) \
-                | (numpy.diff(self.nbytes) != 0)
+            starts[0] = True
+        for column in (self.memory_id, self.offset, self.nbytes):
+            starts[1:] |= column[1:] != column[:-1]
         self.block_start = numpy.flatnonzero(starts).astype(numpy.int64)
         self.block_end = numpy.append(self.block_start[1:], count).astype(numpy.int64)
         self._spans()
@@ -149,8 +155,8 @@ class _Planned:
         """Merge each region's tensor lifetimes into its live spans."""
         span_first, span_last = array("q"), array("q")
         span_start = numpy.zeros(len(self.block_start) + 1, dtype=numpy.int64)
-        first, last = array("q", self.first.tobytes()), array("q", self.last.tobytes())
-        for b, (lo, hi) in enumerate(zip(self.block_start.tolist(), self.block_end.tolist())):
+        first, last = self.first.data, self.last.data  # no copies
+        for b, (lo, hi) in enumerate(zip(self.block_start.data, self.block_end.data)):
             if hi - lo == 1:  # most regions hold one tensor: nothing to merge
                 if first[lo] != NONE:
                     span_first.append(first[lo])
@@ -171,20 +177,18 @@ class _Planned:
         self.span_last = _int64(span_last)
         self.span_start = span_start
 
-    def arena_ranges(self) -> dict[int, tuple[int, int, int, int]]:
-        """memory_id -> (first tensor, end tensor, first block, end block)."""
-        ranges: dict[int, tuple[int, int, int, int]] = {}
-        if not len(self.value):
-            return ranges
+    def arena_ranges(self) -> _ArenaRanges:
+        """Where each arena's tensors and regions are in the sorted arrays."""
         ids = self.memory_id
-        edges = numpy.flatnonzero(numpy.diff(ids)) + 1
-        starts = numpy.concatenate(([0], edges)).tolist()
-        ends = numpy.concatenate((edges, [len(ids)])).tolist()
-        block_of = numpy.searchsorted(self.block_start, starts).tolist()
-        block_end = numpy.searchsorted(self.block_start, ends).tolist()
-        for lo, hi, b_lo, b_hi in zip(starts, ends, block_of, block_end):
-            ranges[int(ids[lo])] = (lo, hi, b_lo, b_hi)
-        return ranges
+        edges = numpy.flatnonzero(ids[1:] != ids[:-1]) + 1 if len(ids) \
+            else numpy.zeros(0, dtype=numpy.int64)
+        starts = numpy.concatenate(([0], edges)).astype(numpy.int64) if len(ids) \
+            else numpy.zeros(0, dtype=numpy.int64)
+        ends = numpy.append(edges, len(ids)).astype(numpy.int64) if len(ids) \
+            else numpy.zeros(0, dtype=numpy.int64)
+        return _ArenaRanges(ids[starts], starts, ends,
+                            numpy.searchsorted(self.block_start, starts),
+                            numpy.searchsorted(self.block_start, ends))
 
     def tensor(self, k: int) -> PlannedTensor:
         """Tensor `k` in sorted order."""
@@ -208,6 +212,28 @@ class _Planned:
         return list(zip(self.span_first[s_lo:s_hi].tolist(), self.span_last[s_lo:s_hi].tolist()))
 
 
+@dataclass(frozen=True)
+class _ArenaRanges:
+    """For each arena with planned tensors (sorted by id): its first and end
+    tensor, and its first and end region, in a `_Planned`'s sorted arrays."""
+
+    ids: Array
+    tensor_lo: Array
+    tensor_hi: Array
+    block_lo: Array
+    block_hi: Array
+
+    def __contains__(self, memory_id: object) -> bool:
+        return self.get(memory_id) is not None  # type: ignore[arg-type]
+
+    def get(self, memory_id: int) -> tuple[int, int, int, int] | None:
+        k = int(numpy.searchsorted(self.ids, memory_id))
+        if k == len(self.ids) or self.ids[k] != memory_id:
+            return None
+        return (int(self.tensor_lo[k]), int(self.tensor_hi[k]), int(self.block_lo[k]),
+                int(self.block_hi[k]))
+
+
 class ArenaReport:
     """One arena of a method: its size, its planned tensors and how many of its
     bytes are live at each position (a step function: `live_steps`)."""
@@ -219,15 +245,21 @@ class ArenaReport:
         self.size = size
         self.positions = positions
         self._ranges = ranges or (0, 0, 0, 0)
-        self.live_steps = self._live_steps()
-        self.peak_bytes = max((live for _, live in self.live_steps), default=0)
+        self._step_at, self._step_live = self._steps()
+        self.peak_bytes = int(self._step_live.max()) if len(self._step_live) else 0
         self.peak_position: int | None = None  # None when nothing is ever live
         self.peak_site: InstructionSite | None = None  # also None without instructions
         self.largest_at_peak: list[Block] = []
         if self.peak_bytes > 0:
-            self.peak_position = next(p for p, live in self.live_steps if live == self.peak_bytes)
+            # The first time the peak is reached.
+            self.peak_position = int(self._step_at[int(numpy.argmax(self._step_live))])
             self.peak_site = instruction_site(planned.plan, self.peak_position)
             self.largest_at_peak = self._largest_at(self.peak_position)
+
+    @property
+    def live_steps(self) -> list[tuple[int, int]]:
+        """(position, live bytes from there on) wherever the figure changes."""
+        return list(zip(self._step_at.tolist(), self._step_live.tolist()))
 
     @property
     def tensor_count(self) -> int:
@@ -242,7 +274,7 @@ class ArenaReport:
 
         def made() -> Iterator[PlannedTensor]:
             by_value = numpy.argsort(planned.value[lo:hi], kind="stable") + lo
-            for k in by_value.tolist():
+            for k in by_value.data:
                 yield planned.tensor(k)
         return Lazy(hi - lo, made)
 
@@ -258,11 +290,11 @@ class ArenaReport:
 
     def live_bytes_lazy(self) -> Lazy[int]:
         def made() -> Iterator[int]:
-            steps = self.live_steps
-            live, k = 0, 0
+            at, figures = self._step_at.data, self._step_live.data
+            live, k, count = 0, 0, len(at)
             for position in range(self.positions):
-                while k < len(steps) and steps[k][0] <= position:
-                    live = steps[k][1]
+                while k < count and at[k] <= position:
+                    live = figures[k]
                     k += 1
                 yield live
         return Lazy(self.positions, made)
@@ -276,13 +308,14 @@ class ArenaReport:
     def fragmentation(self) -> float:
         return 1 - self.peak_bytes / self.size if self.size else 0.0
 
-    def _live_steps(self) -> list[tuple[int, int]]:
-        """(position, live bytes from there on) wherever the figure changes."""
+    def _steps(self) -> tuple[Array, Array]:
+        """(positions, live bytes from each on) wherever the figure changes."""
         _, _, b_lo, b_hi = self._ranges
         planned = self._planned
         s_lo, s_hi = int(planned.span_start[b_lo]), int(planned.span_start[b_hi])
         if s_lo == s_hi:
-            return []
+            nothing = numpy.zeros(0, dtype=numpy.int64)
+            return nothing, nothing
         counts = numpy.diff(planned.span_start[b_lo:b_hi + 1])
         sizes = numpy.repeat(planned.nbytes[planned.block_start[b_lo:b_hi]], counts)
         at = numpy.concatenate((planned.span_first[s_lo:s_hi], planned.span_last[s_lo:s_hi] + 1))
@@ -292,7 +325,7 @@ class ArenaReport:
         # The figure after all changes at one position: the last of each run.
         last = numpy.append(numpy.flatnonzero(numpy.diff(at)), len(at) - 1)
         keep = at[last] < self.positions
-        return list(zip(at[last][keep].tolist(), running[last][keep].tolist()))
+        return at[last][keep], running[last][keep]
 
     def _largest_at(self, position: int) -> list[Block]:
         planned = self._planned
@@ -320,7 +353,8 @@ class ArenaReport:
             "largest_at_peak": [block.to_json() for block in self.largest_at_peak],
             "tensors": Lazy(self.tensor_count, lambda: (t.to_json() for t in self.tensors)),
             "live_bytes": self.live_bytes_lazy() if per_position else None,
-            "live_steps": [list(step) for step in self.live_steps],
+            "live_steps": Lazy(len(self._step_at), lambda: (
+                [int(p), int(b)] for p, b in zip(self._step_at.data, self._step_live.data))),
         }
 
 
@@ -383,8 +417,8 @@ class MethodMemory:
         planned = self._planned
         budget = _PAIRS_PER_BLOCK * len(planned.block_start) + _PAIRS_FLOOR
         starts = planned.block_start
-        ids, offsets, sizes = (planned.memory_id[starts].tolist(),
-                               planned.offset[starts].tolist(), planned.nbytes[starts].tolist())
+        ids, offsets, sizes = (column[starts].data for column in
+                               (planned.memory_id, planned.offset, planned.nbytes))
         for a in range(len(ids)):
             if not sizes[a]:
                 continue
@@ -422,8 +456,8 @@ class MethodMemory:
 
 
 def _int64(values: array[int]) -> Array:
-    """A numpy copy of an array of machine ints."""
-    return numpy.frombuffer(values, dtype=numpy.int64).copy() if len(values) \
+    """An array of machine ints as numpy's (a view: no copy)."""
+    return numpy.frombuffer(values, dtype=numpy.int64) if len(values) \
         else numpy.zeros(0, dtype=numpy.int64)
 
 

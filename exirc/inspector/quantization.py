@@ -23,9 +23,10 @@ an argument that is missing or of the wrong kind is unknown (`null` in JSON,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from exirc.inspector.delegates import Payload, program_payloads
@@ -107,16 +108,24 @@ def quantized_tensors(program: P.Program,
                       payloads: Sequence[Payload] | None = None) -> list[QuantizedTensor]:
     """Every quantized tensor, by method: the kernel calls' (by value index),
     then each delegate's. `payloads` are the program's, if already read."""
-    remaining = list(program_payloads(program) if payloads is None else payloads)
+    by_plan: dict[int, list[Payload]] = {}
+    for payload in program_payloads(program) if payloads is None else payloads:
+        by_plan.setdefault(payload.plan, []).append(payload)
     named = _named_data(program)
     found: list[QuantizedTensor] = []
-    for plan in program.execution_plan:
+    per_blob: dict[int, list[QuantizedTensor]] = {}  # a payload many delegates share: once
+    for i, plan in enumerate(program.execution_plan):
         found.extend(kernel_tensors(program, plan))
-        # Payloads carry the method's name only; two methods may share one.
-        mine = [p for p in remaining if p.method == plan.name][:len(plan.delegates)]
-        for payload in mine:
-            remaining.remove(payload)
-            found.extend(payload_tensors(payload, named))
+        for payload in by_plan.get(i, [])[:len(plan.delegates)]:
+            if payload.blob is None:
+                continue
+            tensors = per_blob.get(id(payload.blob))
+            if tensors is None:
+                tensors = per_blob[id(payload.blob)] = payload_tensors(payload, named)
+                found.extend(tensors)
+            else:
+                found.extend(dataclasses.replace(t, method=payload.method, delegate=payload.index)
+                             for t in tensors)
     return found
 
 
@@ -155,6 +164,7 @@ def _named_data(program: P.Program) -> dict[str, bytes | memoryview]:
 
 def kernel_tensors(program: P.Program, plan: P.ExecutionPlan) -> list[QuantizedTensor]:
     found: dict[str, QuantizedTensor] = {}
+    known = _Known(frozenset(plan.inputs))
     for c, chain in enumerate(plan.chains):
         for i, instr in enumerate(chain.instructions):
             if not isinstance(instr, P.KernelCall):
@@ -166,7 +176,8 @@ def kernel_tensors(program: P.Program, plan: P.ExecutionPlan) -> list[QuantizedT
                 if op.name.startswith(NAMESPACE) else None
             if kernel is None:
                 continue
-            args = _Args(program, plan, instr.args[:-1], instr.args[-1] if instr.args else None)
+            args = _Args(program, plan, instr.args[:-1], instr.args[-1] if instr.args else None,
+                         known)
             for operand in kernel.operands:
                 tensor = args.describe(kernel, operand)
                 key = json.dumps(tensor.to_json(), sort_keys=True)  # uses are still empty
@@ -174,6 +185,16 @@ def kernel_tensors(program: P.Program, plan: P.ExecutionPlan) -> list[QuantizedT
                 tensor.uses.append(Use(operand.arg, operand.tensor is None,
                                        op.qualified_name, c, i))
     return sorted(found.values(), key=lambda t: -1 if t.value is None else t.value)
+
+
+@dataclass
+class _Known:
+    """What the calls of one plan share: its inputs, and the scales and zero
+    points read from each tensor value (a file can name one large constant in
+    every call: it is read once)."""
+
+    inputs: frozenset[int]
+    params: dict[int, Params] = field(default_factory=dict)
 
 
 @dataclass
@@ -185,6 +206,7 @@ class _Args:
     plan: P.ExecutionPlan
     schema: list[int]
     result: int | None
+    known: _Known
 
     def index(self, position: int | None) -> int | None:
         if position is None or position >= len(self.schema):
@@ -215,7 +237,9 @@ class _Args:
             return Params(NONE, value=index)
         if isinstance(value, P.Tensor):
             assert index is not None
-            return tensor_params(self.program, value, index)
+            if index not in self.known.params:
+                self.known.params[index] = tensor_params(self.program, value, index)
+            return self.known.params[index]
         return Params(UNKNOWN, value=index)
 
     def describe(self, kernel: _Kernel, operand: _Operand) -> QuantizedTensor:
@@ -233,7 +257,7 @@ class _Args:
             type="?" if value is None else value_type(value), dtype=dtype, scheme=scheme,
             scale=scale, zero_point=self.params(operand.zero_point),
             dynamic=scale.source == RUN_TIME, axis=axis, group_size=group, quant_min=low,
-            quant_max=high, origin=_origin(self.plan, index, tensor))
+            quant_max=high, origin=_origin(self.known.inputs, index, tensor))
 
     def _scheme(self, kernel: _Kernel, operand: _Operand, weight: P.Tensor | None
                 ) -> tuple[str | None, int | None, int | None]:
@@ -293,12 +317,12 @@ def _dtype(kernel: _Kernel, dtype: int | None, tensor: P.Tensor | None,
     return tensor.scalar_type.short_name if tensor is not None else None
 
 
-def _origin(plan: P.ExecutionPlan, index: int | None, tensor: P.Tensor | None) -> str | None:
+def _origin(inputs: frozenset[int], index: int | None, tensor: P.Tensor | None) -> str | None:
     if tensor is None or index is None:
         return None
     if tensor.data_buffer_idx and tensor.allocation_info is None:
         return "constant"
-    return "input" if index in plan.inputs else "computed"
+    return "input" if index in inputs else "computed"
 
 
 def scheme_counts(tensors: Sequence[Mapping[str, Any]]) -> dict[str, int]:

@@ -64,14 +64,14 @@ class Params:
     @classmethod
     def of_array(cls, source: str, array: numpy.ndarray | None, count: int | None,
                  **where: Any) -> Params:
-        """From the decoded values, or with only the count when they did not read."""
+        """From the decoded values, or with only the count when they did not read.
+        Only a few values become Python numbers: scales run to millions."""
         if array is None or array.size == 0:
             return cls(source, count=count, **where)
-        items: list[Any] = array.tolist()
-        values = [number(x) for x in items] if len(items) <= MAX_VALUES else None
+        values = [number(x) for x in array.tolist()] if array.size <= MAX_VALUES else None
         # nanmin would hide a NaN scale, which is the thing worth seeing.
         low, high = array.min().item(), array.max().item()
-        return cls(source, count=len(items), values=values, min=number(low),
+        return cls(source, count=int(array.size), values=values, min=number(low),
                    max=number(high), **where)
 
     def to_json(self) -> dict[str, Any]:
@@ -202,10 +202,10 @@ def decode(data: bytes | memoryview, scalar_type: P.ScalarType | str, count: int
             return None
         # bfloat16 is the top half of a float32.
         halves = numpy.frombuffer(data, dtype="<u2", count=count).astype(numpy.uint32)
-        return (halves << 16).view(numpy.float32).astype(numpy.float64)
+        return (halves << 16).view(numpy.float32)
     dtype = _NUMPY_TYPES.get(scalar_type) if isinstance(scalar_type, P.ScalarType) else None
     if dtype is None or len(data) < numpy.dtype(dtype).itemsize * count:
         return None
-    array = numpy.frombuffer(data, dtype=dtype, count=count)
-    # Floats read as float64 so that min/max and JSON give the stored values exactly.
-    return array.astype(numpy.float64) if array.dtype.kind == "f" else array
+    # A view of the file's bytes, not a copy: `.item()` and `.tolist()` give each
+    # stored value exactly as a Python number (floats widen to float64 exactly).
+    return numpy.frombuffer(data, dtype=dtype, count=count)
