@@ -121,7 +121,8 @@ def crash_frame(log: str) -> str:
 
 def _frame(line: str) -> str:
     """`File "/x/y/size_spans.py", line 35, in _vector` as `size_spans.py:35 (_vector)`."""
-    match = re.search(r'File "([^"]*)", line (\d+), in (\S+)', line)
+    # Tracebacks write `line 35, in _vector`; faulthandler `line 35 in _vector`.
+    match = re.search(r'File "([^"]*)", line (\d+),? in (\S+)', line)
     if match is None:
         return line.strip()
     return f"{Path(match.group(1)).name}:{match.group(2)} ({match.group(3)})"
