@@ -2,13 +2,14 @@
 
 The runner forks each mutant from a server that imported this module (and
 so torch and the runtime) but never ran a kernel. Here, in the fork, the
-process limits its own memory, then drives the mutant the ways a user can:
-`load(bytes)` and `Method.run` (route "api", or "hostile" with edge values as
-inputs) or `exirc run` on a file (route
-"cli", the command's own code in-process), then every `exirc inspect` view.
-It sends the runner a message before each stage (so a crash is placed) and
-the outcome of every stage at the end. An outcome is "ok", an exirc error
-code, or "traceback" for anything else (InternalError, E0100, included).
+process limits its own memory, then drives the mutant the way its route
+says, as a user can: `load(bytes)` and `Method.run` on random inputs ("api")
+or on edge values ("hostile"), `exirc run` on a file ("cli": the command's
+own code, in-process), or `exirc run --inputs` with a bent .npz ("npz");
+then every `exirc inspect` view. It sends the runner a message before each
+stage (so a crash or a hang is placed) and the outcome of every stage at the
+end. An outcome is "ok", an exirc error code, or "traceback" for anything
+else (InternalError, E0100, included).
 """
 
 from __future__ import annotations
@@ -36,9 +37,6 @@ from exirc.errors import ExircError, InternalError
 from exirc.runtime import load
 from exirc.serialize import bundled_cases, deserialize
 from tools.mutants import input_files
-
-# What the fork server imports before forking, so a mutant's process starts warm.
-PRELOAD = ["tools.mutants.child"]
 
 _HOSTILE_INTS = [-1, -(2**31), 2**31 - 1, 2**40, 2**62, -(2**63), 1000, 10**9]
 
