@@ -133,20 +133,22 @@ def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
 
 
 def _fork_server(warm_with: Sequence[bytes]) -> Any:
-    """The forkserver context, its server started, told to import `warm.py`
-    (and the modules running `warm_with` imports)."""
-    global _warmed
+    """The forkserver context, its server started (once a process), told to
+    import `warm.py` and the modules running `warm_with` imports."""
+    global _started
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["tools.mutants.warm"])
-    if _warmed or not warm_with:
+    if _started:
         return context
-    # The server reads the list while starting, after this returns: the file
-    # must outlive this call, so it goes when this process exits.
-    handle, listing = tempfile.mkstemp(prefix="mutants-warm-", suffix=".txt")
-    with os.fdopen(handle, "w") as file:
-        file.write("\n".join(warm.discover(warm_with)))
-    atexit.register(os.unlink, listing)
-    os.environ[warm.WARM_LIST_ENV] = listing  # the server inherits it when it starts
+    listing = None
+    if warm_with:
+        # The server reads the list while it starts, after this returns: the
+        # file goes when this process exits.
+        handle, listing = tempfile.mkstemp(prefix="mutants-warm-", suffix=".txt")
+        with os.fdopen(handle, "w") as file:
+            file.write("\n".join(warm.discover(warm_with)))
+        atexit.register(os.unlink, listing)
+        os.environ[warm.WARM_LIST_ENV] = listing  # the server inherits it when it starts
     try:
         with _no_main_module():
             # A first process waits for the server to finish importing, so no
@@ -154,24 +156,25 @@ def _fork_server(warm_with: Sequence[bytes]) -> Any:
             first = context.Process(target=ready, daemon=True)
             first.start()
     finally:
-        del os.environ[warm.WARM_LIST_ENV]
+        if listing is not None:
+            del os.environ[warm.WARM_LIST_ENV]
     first.join(_SERVER_START_SECONDS)
-    _warmed = True
+    _started = True
     return context
-
-
-_warmed = False  # the server imports its list once, when it starts
 
 
 def stop_fork_server() -> None:
     """Stop the fork server (it holds torch and the runtime in memory), so a
     test session does not keep it after the suite; the next run starts one."""
-    global _warmed
+    global _started
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     stop = getattr(server, "_stop", None)
     if callable(stop):
         stop()
-        _warmed = False
+        _started = False
+
+
+_started = False  # the server imports what it is told once, when it starts
 _SERVER_START_SECONDS = 300.0
 
 
@@ -235,6 +238,8 @@ def _finish(run: _Running, *, hung: bool) -> Result:
     result.outcome = _classify(result, hung)
     if result.outcome in ("crash", "hang", "harness"):
         result.log = _tail(run.log_path)
+    with contextlib.suppress(OSError):
+        os.unlink(run.log_path)
     return result
 
 
