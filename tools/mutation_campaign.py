@@ -24,15 +24,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tools.mutants import report
-from tools.mutants.bases import ALL_BASES, TEST_BASES, available, build_bases, cached_bases
-from tools.mutants.catalog import Catalog, build_catalog
+from tools.mutants.bases import ALL_BASES, TEST_BASES, available
+from tools.mutants.catalog import Catalog
 from tools.mutants.child import Limits
 from tools.mutants.cli_sample import run_sample
 from tools.mutants.generate import Mutant, Spec, controls, make_mutant, plan_mutants
 from tools.mutants.runner import Result, run_mutants
+from tools.mutants.session import prepare
 
 BASE_SETS = {"all": ALL_BASES, "test": TEST_BASES}
-WARM_BASES = ("mlp.portable", "conv.xnnpack", "mlp.int8-xnnpack", "cond.et")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = available(BASE_SETS.get(args.bases) or args.bases.split(","))
     started = time.monotonic()
     print(f"building {len(names)} base programs...", file=sys.stderr)
-    bases = cached_bases(names, Path(args.out) / "bases-cache")
-    catalog = build_catalog()
+    session = prepare(names, Path(args.out) / "bases-cache")
+    bases, catalog = session.bases, session.catalog
     specs = controls(names) + plan_mutants(names, args.mutants, args.seed)
     limits = Limits(memory_bytes=int(args.memory_gib * (1 << 30)), max_steps=args.max_steps)
     print(f"running {len(specs)} mutants ({len(names) * 2} of them unmutated controls), "
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = _Progress(len(specs))
     results = run_mutants(_mutants(specs, bases, catalog), jobs=args.jobs,
                           timeout=args.timeout, limits=limits,
-                          warm_with=[bases[n] for n in WARM_BASES if n in bases],
+                          warm_modules=session.warm_modules,
                           on_result=progress)
     sample = random.Random(args.seed).sample(range(len(specs)), min(args.cli_sample, len(specs)))
     print(f"running {len(sample)} mutants through the real command line...", file=sys.stderr)
@@ -99,8 +99,9 @@ def _report(results: list[Result], names: Sequence[str], wall: float, out: Path)
 
 def _replay(args: argparse.Namespace) -> int:
     spec = Spec.parse(args.replay)
-    mutant = make_mutant(spec, build_bases([spec.base])[spec.base], build_catalog())
     out = Path(args.out)
+    session = prepare([spec.base], out / "bases-cache")
+    mutant = make_mutant(spec, session.bases[spec.base], session.catalog)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"replay-{spec.base}-{'+'.join(spec.kinds)}-{spec.seed}.pte"
     path.write_bytes(mutant.data)
@@ -110,7 +111,8 @@ def _replay(args: argparse.Namespace) -> int:
 
         replay_here(mutant.data, spec.route, spec.seed, Limits(max_steps=args.max_steps))
         return 0
-    result = run_mutants([(0, mutant)], jobs=1, timeout=args.timeout)[0]
+    result = run_mutants([(0, mutant)], jobs=1, timeout=args.timeout,
+                         warm_modules=session.warm_modules)[0]
     for stage in result.stages:
         print(f"  {stage.name}: {stage.outcome} {stage.detail}")
     print(f"outcome: {result.outcome} {report.explain(result)}")

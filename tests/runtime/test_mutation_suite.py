@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from tools.mutants import report
-from tools.mutants.bases import TEST_BASES, available, cached_bases
-from tools.mutants.catalog import build_catalog
+from tools.mutants.bases import TEST_BASES, available
 from tools.mutants.cli_sample import run_sample
 from tools.mutants.generate import UNMUTATED, controls, make_mutant, plan_mutants
 from tools.mutants.runner import Result, run_mutants, stop_fork_server
+from tools.mutants.session import prepare
 
 MUTANTS = 2000
 CLI_SAMPLE = 20  # of them, also through the real `exirc inspect` in a new process,
@@ -37,7 +37,6 @@ SEED = 16
 JOBS = 2
 # At least this share of mutants must run a method to its end at least once.
 MIN_RAN = 0.15
-WARM = ("mlp.portable", "conv.xnnpack", "mlp.int8-xnnpack", "cond.et")
 
 pytestmark = pytest.mark.slow
 
@@ -52,13 +51,12 @@ def campaign(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     cache = getattr(request.config, "cache", None)
     folder = cache.mkdir("mutants-bases") if cache is not None \
         else tmp_path_factory.mktemp("mutants-bases")
-    bases = cached_bases(names, Path(folder))
-    catalog = build_catalog()
+    session = prepare(names, Path(folder))
+    bases, catalog = session.bases, session.catalog
     specs = controls(names) + plan_mutants(names, MUTANTS, SEED)
     mutants = ((i, make_mutant(spec, bases[spec.base], catalog)) for i, spec in enumerate(specs))
     try:
-        forked = run_mutants(mutants, jobs=JOBS,
-                             warm_with=[bases[n] for n in WARM if n in bases])
+        forked = run_mutants(mutants, jobs=JOBS, warm_modules=session.warm_modules)
     finally:
         stop_fork_server()
     picked = random.Random(SEED).sample(range(len(controls(names)), len(specs)), CLI_SAMPLE)

@@ -20,6 +20,9 @@ import importlib.metadata
 import importlib.util
 import logging
 import shutil
+import subprocess
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -56,6 +59,9 @@ ALL_BASES = [
 ]
 
 
+_ROOT = Path(__file__).resolve().parents[2]
+
+
 def have_executorch() -> bool:
     return importlib.util.find_spec("executorch") is not None
 
@@ -75,7 +81,10 @@ def build_bases(names: Sequence[str]) -> dict[str, bytes]:
 def cached_bases(names: Sequence[str], folder: Path) -> dict[str, bytes]:
     """`build_bases`, kept in `folder` under a key of everything that makes
     them (exirc's source, the models, torch's and ExecuTorch's versions), so
-    a base is rebuilt exactly when what would build it changed."""
+    a base is rebuilt exactly when what would build it changed.
+
+    ExecuTorch's bases are built meanwhile in a second process: importing
+    ExecuTorch costs seconds, and this process need not hold it."""
     where = folder / source_key()
     found = {name: (where / f"{name}.pte").read_bytes() for name in names
              if (where / f"{name}.pte").is_file()}
@@ -85,15 +94,24 @@ def cached_bases(names: Sequence[str], folder: Path) -> dict[str, bytes]:
             if stale.is_dir() and stale != where:
                 shutil.rmtree(stale, ignore_errors=True)
         where.mkdir(parents=True, exist_ok=True)
-        for name, data in build_bases(missing).items():
-            (where / f"{name}.pte").write_bytes(data)
-            found[name] = data
+        theirs = [name for name in missing if name.split(".")[1] in EXECUTORCH_FLAVOURS]
+        with tempfile.TemporaryFile() as errors:
+            helper = subprocess.Popen([sys.executable, "-m", "tools.mutants.bases", str(where),
+                                       *theirs], stdout=subprocess.DEVNULL, stderr=errors,
+                                      cwd=_ROOT) if theirs else None
+            for name, data in build_bases([n for n in missing if n not in theirs]).items():
+                (where / f"{name}.pte").write_bytes(data)
+            if helper is not None and helper.wait() != 0:
+                errors.seek(0)
+                raise RuntimeError(f"building {', '.join(theirs)} failed:\n"
+                                   + errors.read().decode(errors="replace")[-3000:])
+        found.update({name: (where / f"{name}.pte").read_bytes() for name in missing})
     return {name: found[name] for name in names}
 
 
 def source_key() -> str:
     """A digest of the compiler's sources and versions: equal keys, equal bases."""
-    root = Path(__file__).resolve().parents[2]
+    root = _ROOT
     digest = hashlib.sha256()
     files = sorted(p for p in (root / "exirc").rglob("*") if p.suffix in (".py", ".yaml", ".txt"))
     files += [root / "tools" / "mutants" / "models.py", Path(__file__).resolve()]
@@ -114,7 +132,7 @@ def build_base(name: str) -> bytes:
     from exirc.compiler import CompileOptions, compile_model, compile_module
 
     if flavour == "example":  # as `exirc compile examples/<name>.py` makes it
-        example = Path(__file__).resolve().parents[2] / "examples" / f"{model_name}.py"
+        example = _ROOT / "examples" / f"{model_name}.py"
         return bytes(compile_model(str(example)).data)
     model = MODELS[model_name]
     target, quantize = EXIRC_FLAVOURS.get(flavour, ("portable", None))
@@ -157,3 +175,8 @@ def _quiet() -> Iterator[None]:
         finally:
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
+
+
+if __name__ == "__main__":  # python -m tools.mutants.bases FOLDER NAME...: write NAME.pte there
+    for built, data in build_bases(sys.argv[2:]).items():
+        (Path(sys.argv[1]) / f"{built}.pte").write_bytes(data)

@@ -93,17 +93,17 @@ class _Running:
 
 def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
                 timeout: float = 10.0, limits: Limits = DEFAULT_LIMITS,
-                warm_with: Sequence[bytes] = (),
+                warm_modules: Sequence[str] = (),
                 on_result: Callable[[Result], None] | None = None) -> list[Result]:
     """Run every mutant (each in a fresh process), at most `jobs` at once.
 
-    `warm_with`: programs whose run tells the fork server what to import
-    first (see `warm`); the first call in a process starts the server."""
+    `warm_modules`: what the fork server imports first (`warm.discover`);
+    the first call in a process starts the server."""
     results: list[Result] = []
     pending: Iterator[tuple[int, Mutant]] = iter(mutants)
     running: list[_Running] = []
     with tempfile.TemporaryDirectory(prefix="mutants-logs-") as logs:
-        context = _fork_server(warm_with)
+        context = _fork_server(warm_modules)
         exhausted = False
         while running or not exhausted:
             while not exhausted and len(running) < jobs:
@@ -132,21 +132,21 @@ def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
     return sorted(results, key=lambda r: r.index)
 
 
-def _fork_server(warm_with: Sequence[bytes]) -> Any:
+def _fork_server(warm_modules: Sequence[str]) -> Any:
     """The forkserver context, its server started (once a process), told to
-    import `warm.py` and the modules running `warm_with` imports."""
+    import `warm.py` and `warm_modules`."""
     global _started
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["tools.mutants.warm"])
     if _started:
         return context
     listing = None
-    if warm_with:
+    if warm_modules:
         # The server reads the list while it starts, after this returns: the
         # file goes when this process exits.
         handle, listing = tempfile.mkstemp(prefix="mutants-warm-", suffix=".txt")
         with os.fdopen(handle, "w") as file:
-            file.write("\n".join(warm.discover(warm_with)))
+            file.write("\n".join(warm_modules))
         atexit.register(os.unlink, listing)
         os.environ[warm.WARM_LIST_ENV] = listing  # the server inherits it when it starts
     try:
