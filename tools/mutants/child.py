@@ -81,7 +81,7 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     try:
         with memfd(data) as path:
             _drive(route, path, data, seed, limits, stages, conn, os.path.dirname(log_path))
-            _inspect(path, data, seed, stages, conn)
+            _inspect(path, data, seed, stages, conn, one_method=route == "cli")
     except BaseException as error:  # noqa: BLE001 (the harness's own failure, reported as such)
         stages.append(Stage("harness", "harness", _first_line(error)))
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -98,7 +98,7 @@ def replay_here(data: bytes, route: str, seed: int, limits: Limits) -> list[Stag
     sender = _Printer()
     with memfd(data) as path, tempfile.TemporaryDirectory(prefix="mutants-replay-") as folder:
         _drive(route, path, data, seed, limits, stages, sender, folder)
-        _inspect(path, data, seed, stages, sender)
+        _inspect(path, data, seed, stages, sender, one_method=route == "cli")
     for stage in stages:
         print(f"  {stage.name}: {stage.outcome} {stage.detail}\n{stage.trace}".rstrip())
     return stages
@@ -309,12 +309,15 @@ def _npz_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[St
         os.unlink(archive)
 
 
-def _inspect(path: str, data: bytes, seed: int, stages: list[Stage], conn: Sender) -> None:
+def _inspect(path: str, data: bytes, seed: int, stages: list[Stage], conn: Sender, *,
+             one_method: bool = False) -> None:
+    """`exirc inspect --json` and every text view; with `one_method`, the views
+    of one method (`--method`) too."""
     shows = [arg for view in INSPECT_VIEWS for arg in ("--show", view)]
     _stage("inspect --json", stages, conn, _cli,
            ["inspect", path, "--json", "--show", "memory", "--show", "size"])
     _stage("inspect (all views)", stages, conn, _cli, ["inspect", path, *shows])
-    names = _method_names(data)
+    names = _method_names(data) if one_method else []
     if names:
         name = names[seed % len(names)]
         _stage(f"inspect --method {name}", stages, conn, _cli,
