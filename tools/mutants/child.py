@@ -19,6 +19,7 @@ import faulthandler
 import os
 import random
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -89,6 +90,29 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     conn.close()
     sys.stderr.flush()
     os._exit(0)  # nothing left to clean up: skip the interpreter's teardown
+
+
+def pretend(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
+            conn: Connection) -> None:
+    """A mutant's process that fails as `route` says ("crash", "hang", "raise",
+    "memory", or "ok"), so a test can check the runner tells each apart."""
+    _isolate(limits, log_path)
+    conn.send(("stage", "load"))
+    if route == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if route == "hang":
+        time.sleep(3600)
+    stage = Stage("load", "ok")
+    if route == "raise":
+        stage = Stage("load", *outcome(ValueError("not a typed error")))
+    elif route == "memory":
+        try:
+            bytearray(limits.memory_bytes)  # more than the address space left
+        except MemoryError as error:
+            stage = Stage("load", "E0340", _first_line(error))
+    conn.send(("done", [stage], 0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    conn.close()
+    os._exit(0)
 
 
 def replay_here(data: bytes, route: str, seed: int, limits: Limits) -> list[Stage]:

@@ -94,11 +94,13 @@ class _Running:
 def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
                 timeout: float = 10.0, limits: Limits = DEFAULT_LIMITS,
                 warm_modules: Sequence[str] = (),
-                on_result: Callable[[Result], None] | None = None) -> list[Result]:
+                on_result: Callable[[Result], None] | None = None,
+                target: Callable[..., None] = run_mutant) -> list[Result]:
     """Run every mutant (each in a fresh process), at most `jobs` at once.
 
     `warm_modules`: what the fork server imports first (`warm.discover`);
-    the first call in a process starts the server."""
+    the first call in a process starts the server. `target` is what each
+    process runs (`child.run_mutant`; `child.pretend` in the runner's tests)."""
     results: list[Result] = []
     pending: Iterator[tuple[int, Mutant]] = iter(mutants)
     running: list[_Running] = []
@@ -111,7 +113,7 @@ def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
                 if item is None:
                     exhausted = True
                     break
-                running.append(_start(context, *item, limits, logs))
+                running.append(_start(context, target, *item, limits, logs))
             if not running:
                 break
             now = time.monotonic()
@@ -178,10 +180,11 @@ _started = False  # the server imports what it is told once, when it starts
 _SERVER_START_SECONDS = 300.0
 
 
-def _start(context: Any, index: int, mutant: Mutant, limits: Limits, logs: str) -> _Running:
+def _start(context: Any, target: Callable[..., None], index: int, mutant: Mutant,
+           limits: Limits, logs: str) -> _Running:
     receive, send = context.Pipe(duplex=False)
     log_path = os.path.join(logs, f"{index}.log")
-    process = context.Process(target=run_mutant, daemon=True,
+    process = context.Process(target=target, daemon=True,
                               args=(mutant.data, mutant.spec.route, mutant.spec.seed, limits,
                                     log_path, send))
     started = time.monotonic()

@@ -1,0 +1,73 @@
+"""The mutation suite's own machinery, so that its zeros mean something: the
+runner tells a crash, a hang, a raw exception and a memory blow-up apart from
+a clean run; a mutant's label always makes the same bytes; and every mutation
+kind bends a real program (none silently does nothing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.mutants.bases import cached_bases
+from tools.mutants.catalog import Catalog, build_catalog
+from tools.mutants.child import Limits, pretend
+from tools.mutants.context import BYTE_KINDS, MODEL_KINDS
+from tools.mutants.generate import Mutant, Spec, make_mutant
+from tools.mutants.runner import run_mutants, stop_fork_server
+
+# Some of the suite's own bases (TEST_BASES), so both share the built files.
+BASES = ["conv.xnnpack", "dynamic_batch.portable", "gather_topk_pad.portable"]
+SEEDS = 12
+
+
+@pytest.fixture(scope="module")
+def bases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> dict[str, bytes]:
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("mutants-bases") if cache is not None \
+        else tmp_path_factory.mktemp("mutants-bases")
+    return cached_bases(BASES, Path(folder))
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return build_catalog()
+
+
+def test_the_runner_tells_each_failure_apart() -> None:
+    routes = ["ok", "crash", "hang", "raise", "memory"]
+    mutants = [(i, Mutant(Spec("pretend", ("none",), 0, route), route, b""))
+               for i, route in enumerate(routes)]
+    try:
+        results = run_mutants(mutants, jobs=2, timeout=3.0, limits=Limits(), target=pretend)
+    finally:
+        stop_fork_server()
+    assert [r.outcome for r in results] == ["ok", "crash", "hang", "traceback", "memory"]
+    ok, crash, hang, raised, memory = results
+    assert crash.exit_code == -11 and crash.last_stage == "load"
+    assert "Segmentation fault" in crash.log  # faulthandler's dump, for the report
+    assert hang.exit_code == -9 and 3.0 <= hang.seconds < 10.0
+    assert raised.stages[0].detail == "ValueError: not a typed error"
+    assert memory.stages[0].outcome == "E0340" and ok.peak_rss_kib
+
+
+@pytest.mark.parametrize("kind", sorted(MODEL_KINDS) + sorted(BYTE_KINDS))
+def test_a_label_always_makes_the_same_mutant(kind: str, bases: dict[str, bytes],
+                                              catalog: Catalog) -> None:
+    for base in BASES:
+        spec = Spec(base, (kind,), 7, "api")
+        first, again = (make_mutant(spec, bases[base], catalog) for _ in range(2))
+        assert first.data == again.data and first.description == again.description
+        assert Spec.parse(spec.label) == spec
+
+
+@pytest.mark.parametrize("kind", sorted(MODEL_KINDS) + sorted(BYTE_KINDS))
+def test_every_kind_bends_a_real_program(kind: str, bases: dict[str, bytes],
+                                         catalog: Catalog) -> None:
+    bent = [m for base in BASES for seed in range(SEEDS)
+            if (m := make_mutant(Spec(base, (kind,), seed), bases[base], catalog)).data
+            != bases[base] and not m.description.startswith("byte_flip (no ")]
+    assert bent, f"{kind} changed none of {BASES} in {SEEDS} seeds each"
+    assert all(m.description.startswith(kind) for m in bent)
