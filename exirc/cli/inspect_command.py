@@ -52,9 +52,15 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
     data = map_file(path)
     program_file = read_program_file(data)
     views = show or ("summary",)
+    bold = styler(sys.stdout, bold=True)
     # The size report covers the whole file, so it sees every method even
-    # when --method narrows the other views.
+    # when --method narrows the other views. Each report is turned into what
+    # is printed as soon as it is made, so no two are held at once.
     size = size_report(data, program_file) if "size" in views else None
+    size_json = size.to_json() if size is not None and as_json else None
+    size_text = render_size(size, bold, path=path) if size is not None and not as_json \
+        else None
+    del size
     if method_name is not None:
         program_file.program.execution_plan = [program_file.program.method(method_name)]
     memory = memory_report(program_file.program) \
@@ -66,13 +72,15 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
     if as_json:
         if memory is not None and "memory" in views:
             info["memory"] = {"methods": [method.to_json() for method in memory]}
-        if size is not None:
+        if size_json is not None:
             # Added to the existing "size" buckets: keys may be added within
             # a format version, never renamed.
-            info["size"].update(size.to_json())
+            info["size"].update(size_json)
         write_json(info, sys.stdout)  # made and written a part at a time
         return
-    bold = styler(sys.stdout, bold=True)
+    memory_text = render_memory(memory, bold) if memory is not None and "memory" in views \
+        else None
+    del memory
     texts: list[Iterable[str]] = []  # each view's lines, made as they are written
     if "summary" in views:
         texts.append(summary_lines(info, bold))
@@ -80,10 +88,10 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
         program = program_file.program
         texts.append(instruction_lines(program.execution_plan, bold,
                                        program_shapes(program), program))
-    if memory is not None and "memory" in views:
-        texts.append([render_memory(memory, bold)])
-    if size is not None:
-        texts.append([render_size(size, bold, path=path)])
+    if memory_text is not None:
+        texts.append([memory_text])
+    if size_text is not None:
+        texts.append([size_text])
     if "quantization" in views:
         texts.append([render_quantization(info, bold)])
     _write_lines(texts)

@@ -27,7 +27,7 @@ MAX_TICKS = 10
 # look at, not what a file can declare: arenas per method, boxes per arena,
 # loop bands per arena. What is left out is counted on the page.
 MAX_ARENAS = 32
-MAX_BOXES = 20_000
+MAX_BOXES = 5_000
 MAX_LOOPS = 200
 
 STYLE = """

@@ -148,8 +148,10 @@ def _pass_to_items(plan: P.ExecutionPlan, list_uses: dict[int, Lifetime],
 def _extend(table: Lifetimes, loops: list[Lifetime], budget: int) -> bool:
     """Extend lifetimes over loops (see `extend_over_loops`); False when the
     work ran past `budget` and loop regions were covered whole instead."""
-    used = [i for i, first in enumerate(table.first) if first != NONE]
-    changed = bool(loops)
+    if not loops:
+        return True
+    used = array("q", (i for i, first in enumerate(table.first) if first != NONE))
+    changed = True
     while changed:
         changed = False
         for start, end in loops:
@@ -169,7 +171,7 @@ def _extend(table: Lifetimes, loops: list[Lifetime], budget: int) -> bool:
     return True
 
 
-def _cover_regions(table: Lifetimes, used: list[int], loops: list[Lifetime]) -> None:
+def _cover_regions(table: Lifetimes, used: array[int], loops: list[Lifetime]) -> None:
     """The approximation: merge overlapping loops into regions and extend every
     lifetime touching a region over all of it. It covers at least what the
     exact extension would (a loop only ever extends a lifetime within its

@@ -14,6 +14,7 @@ the file may be hostile. This module does not import torch.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -116,7 +117,10 @@ _CALLS: dict[str, Callable[..., int]] = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(expression: str) -> ast.expr:
+    """The tree of a size expression (cached: a listing describes the same few
+    expressions at every instruction). Trees are never changed."""
     if len(expression) > _MAX_EXPRESSION:
         raise ValueError(f"expression of {len(expression)} characters")
     try:
@@ -179,7 +183,11 @@ def upper_bound(expression: str, symbols: Mapping[str, SymbolRange]) -> int | No
     Size expressions only grow with their symbols (sums and products of
     sizes), so the value at every symbol's upper bound is the bound.
     """
-    uppers = {name: r.upper for name, r in symbols.items() if r.upper is not None}
+    uppers = {}
+    for name in free_symbols(expression):  # only its own: a file may state many
+        found = symbols.get(name)
+        if found is not None and found.upper is not None:
+            uppers[name] = found.upper
     return evaluate(expression, uppers)
 
 

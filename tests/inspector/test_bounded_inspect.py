@@ -5,12 +5,16 @@ proportion to the file.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
+from exirc.cli.app import main
 from exirc.serialize import bundled_cases, constant_names, symbolic_shapes
+from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
+from tests import many_entries
 from tests.cli.test_conventions import run
 from tests.programs import add_constant_program
 
@@ -103,3 +107,70 @@ def test_bundled_ints_beyond_int64_are_format_errors(capsys: pytest.CaptureFixtu
     code, _, err = run(capsys, "inspect", str(path))
     assert code == 3 and message in err, err
     assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------
+# Memory: every view, through the real command line, on files of many entries.
+# --------------------------------------------------------------------------
+
+# All text views at once (with the HTML picture), and all of --json: each run
+# holds what its views need together, so it bounds every view alone.
+ALL_TEXT = ["--show", "summary", "--show", "instructions", "--show", "memory", "--show", "size",
+            "--show", "quantization"]
+ALL_JSON = ["--json", *ALL_TEXT]
+
+
+@pytest.fixture(scope="module")
+def many_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int]]:
+    return many_entries.make_files(tmp_path_factory.mktemp("many"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(many_entries.GENERATORS))
+@pytest.mark.parametrize("views", ["text", "json"])
+def test_inspect_memory_follows_the_file(many_files: dict[str, tuple[Path, int]], name: str,
+                                         views: str, tmp_path: Path) -> None:
+    path, size = many_files[name]
+    args = [*ALL_TEXT, "--memory-plan", str(tmp_path / "plan.html")] if views == "text" \
+        else ALL_JSON
+    growth = many_entries.cli_peak_growth(["inspect", str(path), *args])
+    allowed = many_entries.budget_for(name, size)
+    assert growth <= allowed, (f"inspect ({views}) of {name} ({size >> 10} KiB) peaked "
+                               f"{growth >> 20} MiB above its imports; allowed {allowed >> 20}")
+
+
+def test_memory_view_work_is_linear_in_buffers_and_instructions(tmp_path: Path) -> None:
+    # Per-arena per-instruction tables made this 20k x 20k = 400M entries.
+    path = tmp_path / "wide.pte"
+    many_entries.write(many_entries.many_buffers(20_000, instructions=20_000), path)
+    start = time.perf_counter()
+    code = main(["inspect", str(path), "--show", "memory", "--json"])
+    assert code == 0
+    assert time.perf_counter() - start < 60  # 2.5 s; gigabytes and minutes before
+
+
+def test_a_plan_of_many_loops_is_bounded_work(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    # 10,000 loops, each back to the start, over 10,000 relus of their own
+    # tensors: extending lifetimes loop by loop was loops x values x rounds,
+    # and indenting the listing loops x instructions.
+    count = 10_000
+    values: list[P.EValue] = [P.Bool(True)]
+    values += [P.Tensor(P.ScalarType.FLOAT, [4], [0],
+                        allocation_info=P.AllocationDetails.at(1, 16 * i))
+               for i in range(2 * count)]
+    instructions: list[P.Instruction] = []
+    for i in range(count):
+        instructions.append(P.KernelCall(0, [1 + 2 * i, 2 + 2 * i, 2 + 2 * i]))
+        instructions.append(P.JumpFalseCall(0, 0))
+    plan = P.ExecutionPlan("forward", values, [1], [2], [P.Chain([1], [2], instructions)],
+                           [P.Operator("aten::relu", "out")],
+                           non_const_buffer_sizes=[0, 32 * count])
+    path = tmp_path / "loops.pte"
+    path.write_bytes(serialize(P.Program(execution_plan=[plan])))
+    start = time.perf_counter()
+    code, out, err = run(capsys, "inspect", str(path), "--show", "memory",
+                         "--show", "instructions")
+    assert code == 0, err
+    assert f"{count} loops" in out and "lifetimes cover whole loop regions" in out
+    assert time.perf_counter() - start < 20  # 40 s when it was loops x values

@@ -5,6 +5,8 @@ MemoryError; and a file of many small entries does not cost many times its size.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy
 import pytest
 
@@ -12,6 +14,7 @@ from exirc.errors import FormatError, ResourceError
 from exirc.runtime import arenas, load
 from exirc.serialize import deserialize, serialize
 from exirc.serialize import program as P
+from tests import many_entries
 from tests.programs import add_constant_program
 
 GIB = 1 << 30
@@ -88,3 +91,44 @@ def test_a_tensor_of_too_many_dims_is_a_format_error() -> None:
     program.execution_plan[0].values.append(P.Tensor(P.ScalarType.FLOAT, [1] * 65, []))
     with pytest.raises(FormatError, match="65 dims, more than the 64"):
         deserialize(serialize(program))
+
+
+# --------------------------------------------------------------------------
+# Files of many entries: load() costs follow the file.
+# --------------------------------------------------------------------------
+
+# What loading still costs per value and per instruction, past the aim: the
+# runtime makes a torch tensor for every tensor value (~2 KiB each: its own
+# storage, so a kernel cannot write past its planned bytes), and a bound
+# step plus a site per instruction (~1 KiB; runtime/binding.py, steps.py,
+# method.py). Files made mostly of those cost ~30 x their size to load.
+PER_OBJECT_RUNTIME = {"tensors", "instructions", "arenas"}
+
+
+@pytest.fixture(scope="module")
+def many_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int]]:
+    return many_entries.make_files(tmp_path_factory.mktemp("many"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [
+    name if name not in PER_OBJECT_RUNTIME else pytest.param(name, marks=pytest.mark.xfail(
+        strict=True, reason="a torch tensor per tensor value and a step per instruction"))
+    for name in many_entries.GENERATORS])
+def test_load_memory_follows_the_file(many_files: dict[str, tuple[Path, int]],
+                                      name: str) -> None:
+    path, size = many_files[name]
+    growth = many_entries.load_peak_growth(path)
+    allowed = many_entries.budget(size)
+    assert growth <= allowed, (f"load() of {name} ({size >> 10} KiB) peaked {growth >> 20} MiB "
+                               f"above its imports; the aim is {allowed >> 20}")
+
+
+@pytest.mark.slow
+def test_reading_many_entries_stays_within_4x_the_file(tmp_path: Path) -> None:
+    """The reader alone (what load and inspect share) on half a million values."""
+    path = tmp_path / "ints.pte"
+    size = many_entries.write(many_entries.many_ints(500_000), path)
+    growth = many_entries.peak_growth("import exirc.serialize",
+                                      f"exirc.serialize.deserialize({str(path)!r})")
+    assert growth <= many_entries.budget(size), (growth >> 20, size >> 20)
