@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from exirc.cli.app import main
-from exirc.serialize import bundled_cases, constant_names, symbolic_shapes
+from exirc.runtime import load
+from exirc.serialize import bundled_cases, constant_names, deserialize, symbolic_shapes
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from tests import many_entries
 from tests.cli.test_conventions import run
 from tests.programs import add_constant_program
+from tests.serialize import hostile as H
 
 DEEP = 100_000  # far past Python's recursion limit
 
@@ -174,3 +176,43 @@ def test_a_plan_of_many_loops_is_bounded_work(capsys: pytest.CaptureFixture[str]
     assert code == 0, err
     assert f"{count} loops" in out and "lifetimes cover whole loop regions" in out
     assert time.perf_counter() - start < 20  # 40 s when it was loops x values
+
+
+def _values_sharing_one_list(count: int, items: int) -> bytes:
+    """A program whose values 3.. are `count` entries pointing at the one
+    TensorList table of value 2 (`items` items): a file of ~4 bytes a value
+    whose values would each copy and check `items` items."""
+    tensor = P.Tensor(P.ScalarType.FLOAT, [4], [0], allocation_info=P.AllocationDetails.at(1, 0))
+    out = P.Tensor(P.ScalarType.FLOAT, [4], [0], allocation_info=P.AllocationDetails.at(1, 16))
+    values: list[P.EValue] = [tensor, out, P.TensorList([0] * items)]
+    values += [P.Null()] * count
+    plan = P.ExecutionPlan("forward", values, [0], [1],
+                           [P.Chain([0], [1], [P.KernelCall(0, [0, 1, 1])])],
+                           [P.Operator("aten::relu", "out")], non_const_buffer_sizes=[0, 32])
+    encoded = H.encode(P.Program(execution_plan=[plan]))
+    data = encoded.data
+    vector = encoded.at("execution_plan[0].values")
+    target = encoded.at("execution_plan[0].values[2]")
+    for k in range(3, 3 + count):
+        entry = vector + 4 + 4 * k
+        data = H.put_u32(data, entry, target - entry)
+    return data
+
+
+def test_values_sharing_one_long_list_cost_it_once(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    count, items = 50_000, 20_000  # a billion items, were each value its own list
+    data = _values_sharing_one_list(count, items)
+    program = deserialize(data)
+    values = program.execution_plan[0].values
+    # Read at most twice (the first use, then once more to keep), then shared.
+    assert values[2] == values[3] and all(v is values[3] for v in values[4:])
+    start = time.perf_counter()
+    method = load(data).method("forward")
+    assert method.value(count + 2) is method.value(3)
+    path = tmp_path / "shared.pte"
+    path.write_bytes(data)
+    for args in (ALL_TEXT, ALL_JSON):
+        code, _, err = run(capsys, "inspect", str(path), *args)
+        assert code == 0, err
+    assert time.perf_counter() - start < 30
