@@ -7,6 +7,13 @@ against what they may mean: enums are in range, sizes are non-negative and
 dim orders are permutations. Cross-references between tables (an operator
 index, a value index) are checked afterwards by `validate.py`, which sees
 the whole program.
+
+A table several fields point at (exirc shares the source frames of one line;
+a hostile file may point a million values at one table) is decoded at most
+twice and then shared (`CheckedBuffer.once`): memory follows the file's
+bytes, not its references. Code that walks values must therefore treat a
+shared long list once, not once per value (validation and the runtime's
+value table do).
 """
 
 from __future__ import annotations
