@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tools.mutants import server
 from tools.mutants.bases import cached_bases
 from tools.mutants.catalog import Catalog, build_catalog
 from tools.mutants.child import Limits, pretend
 from tools.mutants.context import BYTE_KINDS, MODEL_KINDS
 from tools.mutants.generate import Mutant, Spec, make_mutant
-from tools.mutants.runner import run_mutants, stop_fork_server
+from tools.mutants.runner import run_mutants
 
 # Some of the suite's own bases (TEST_BASES), so both share the built files.
 BASES = ["conv.xnnpack", "dynamic_batch.portable", "gather_topk_pad.portable"]
@@ -43,7 +44,7 @@ def test_the_runner_tells_each_failure_apart() -> None:
     try:
         results = run_mutants(mutants, jobs=2, timeout=3.0, limits=Limits(), target=pretend)
     finally:
-        stop_fork_server()
+        server.stop()
     assert [r.outcome for r in results] == ["ok", "crash", "hang", "traceback", "memory"]
     ok, crash, hang, raised, memory = results
     assert crash.exit_code == -11 and crash.last_stage == "load"

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from tools.mutants import report
+from tools.mutants import report, server
 from tools.mutants.bases import TEST_BASES, available
 from tools.mutants.cli_sample import run_sample
 from tools.mutants.generate import UNMUTATED, controls, make_mutant, plan_mutants
-from tools.mutants.runner import Result, run_mutants, stop_fork_server
+from tools.mutants.runner import Result, run_mutants
 from tools.mutants.session import prepare
 
 MUTANTS = 2000
@@ -58,7 +58,7 @@ def campaign(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     try:
         forked = run_mutants(mutants, jobs=JOBS, warm_modules=session.warm_modules)
     finally:
-        stop_fork_server()
+        server.stop()
     picked = random.Random(SEED).sample(range(len(controls(names)), len(specs)), CLI_SAMPLE)
     sampled = run_sample([(i, make_mutant(specs[i], bases[specs[i].base], catalog))
                           for i in picked], runs=CLI_RUNS, jobs=JOBS)

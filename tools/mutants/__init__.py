@@ -8,9 +8,12 @@ The parts, in the order a campaign uses them:
     data_mutations, xnnpack_mutations, byte_mutations
                            the mutation kinds, each registered by name (context)
     generate               which mutants to make, and making one from its spec
-    warm, child, runner    the fork server, what each mutant's process does,
-                           and running thousands of them with a timeout and
-                           a memory limit
+    warm, server           the fork server, started with what mutants import
+    child, runner          what each mutant's process does, and running
+                           thousands of them with a timeout and a memory limit
+    crash_site             which instruction a crashed mutant crashed in
+    input_files            bent .npz inputs for `exirc run --inputs`
+    session                bases, catalog and warm list, ready for a run
     cli_sample             a sample through the real `exirc` command
     report                 figures, failures grouped by cause, reproducers
 

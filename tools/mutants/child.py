@@ -26,7 +26,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 import click
 import numpy
@@ -90,6 +90,18 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     conn.close()
     sys.stderr.flush()
     os._exit(0)  # nothing left to clean up: skip the interpreter's teardown
+
+
+def locate_crash(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
+                 conn: Connection) -> None:
+    """`run_mutant`'s runs again, each instruction noted (method, chain, index)
+    in `log_path`.steps as it completes: after a crash, the last line says
+    where it happened."""
+    _isolate(limits, log_path)
+    with open(f"{log_path}.steps", "w", buffering=1) as steps:
+        _api_runs(data, seed, limits, [], conn, hostile=route == "hostile", steps=steps)
+    conn.close()
+    os._exit(0)
 
 
 def pretend(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
@@ -207,7 +219,9 @@ def _stage(name: str, stages: list[Stage], conn: Sender, fn: Any, *args: Any) ->
 
 
 def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
-              conn: Sender, *, hostile: bool = False) -> None:
+              conn: Sender, *, hostile: bool = False, steps: TextIO | None = None) -> None:
+    """load(bytes), then each method run twice; with `steps`, each instruction
+    written there as it completes (`locate_crash`)."""
     program = _stage("load", stages, conn, lambda: load(data, max_steps=limits.max_steps))
     if program is None:
         return
@@ -218,8 +232,14 @@ def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
         except Exception as error:  # noqa: BLE001 (inputs we cannot make: not the runtime's)
             stages.append(Stage(f"run {name}", "skipped", _first_line(error)))
             continue
+        run: Any = method.run
+        if steps is not None:
+            def run(inputs: Any, method: Any = method, name: str = name) -> Any:
+                steps.write(f"{name} start\n")
+                return method.run(inputs, observer=lambda chain, index: steps.write(
+                    f"{name} {chain} {index}\n"))
         for n in range(limits.runs):
-            if _stage(f"run {name} #{n + 1}", stages, conn, method.run, inputs) is None:
+            if _stage(f"run {name} #{n + 1}", stages, conn, run, inputs) is None:
                 break
 
 

@@ -146,6 +146,7 @@ def problems(result: Result) -> list[str]:
         signal = -result.exit_code if result.exit_code and result.exit_code < 0 else None
         what = f"signal {signal}" if signal else f"exit {result.exit_code}"
         found.append(f"crash ({what}) in {result.last_stage or '?'}"
+                     + (f", {result.site}" if result.site else "")
                      + (f" at {_frame(frame)}" if frame else ""))
     elif result.outcome == "hang":
         found.append(f"hang (killed after the timeout) in {result.last_stage or '?'}")

@@ -16,22 +16,17 @@ with a typed error (`typed`) or ran (`ok`).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import multiprocessing
-import multiprocessing.forkserver
 import os
-import sys
 import tempfile
 import time
-import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from tools.mutants import warm
-from tools.mutants.child import Limits, Stage, ready, run_mutant
+from tools.mutants import crash_site, server
+from tools.mutants.child import Limits, Stage, run_mutant
 from tools.mutants.generate import Mutant
 
 # A typed error whose cause was an allocation the memory limit refused: the
@@ -57,6 +52,7 @@ class Result:
     exit_code: int | None = None
     last_stage: str = ""  # the stage running when the process died or was killed
     log: str = ""  # the end of its stderr (a crash's Python stack), if it died
+    site: str = ""  # the instruction a crash happened in (`crash_site`), when found
 
     @property
     def first_error(self) -> str:
@@ -105,7 +101,7 @@ def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
     pending: Iterator[tuple[int, Mutant]] = iter(mutants)
     running: list[_Running] = []
     with tempfile.TemporaryDirectory(prefix="mutants-logs-") as logs:
-        context = _fork_server(warm_modules)
+        context = server.context(warm_modules)
         exhausted = False
         while running or not exhausted:
             while not exhausted and len(running) < jobs:
@@ -126,58 +122,12 @@ def run_mutants(mutants: Iterable[tuple[int, Mutant]], *, jobs: int = 2,
                 finished = run.process.sentinel in ready or not run.process.is_alive()
                 late = time.monotonic() > run.deadline(timeout)
                 if finished or late:
-                    result = _finish(run, hung=late and not finished)
+                    result = _finish(context, run, limits, timeout, hung=late and not finished)
                     running.remove(run)
                     results.append(result)
                     if on_result is not None:
                         on_result(result)
     return sorted(results, key=lambda r: r.index)
-
-
-def _fork_server(warm_modules: Sequence[str]) -> Any:
-    """The forkserver context, its server started (once a process), told to
-    import `warm.py` and `warm_modules`."""
-    global _started
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["tools.mutants.warm"])
-    if _started:
-        return context
-    listing = None
-    if warm_modules:
-        # The server reads the list while it starts, after this returns: the
-        # file goes when this process exits.
-        handle, listing = tempfile.mkstemp(prefix="mutants-warm-", suffix=".txt")
-        with os.fdopen(handle, "w") as file:
-            file.write("\n".join(warm_modules))
-        atexit.register(os.unlink, listing)
-        os.environ[warm.WARM_LIST_ENV] = listing  # the server inherits it when it starts
-    try:
-        with _no_main_module():
-            # A first process waits for the server to finish importing, so no
-            # mutant's timeout runs while the server is still starting.
-            first = context.Process(target=ready, daemon=True)
-            first.start()
-    finally:
-        if listing is not None:
-            del os.environ[warm.WARM_LIST_ENV]
-    first.join(_SERVER_START_SECONDS)
-    _started = True
-    return context
-
-
-def stop_fork_server() -> None:
-    """Stop the fork server (it holds torch and the runtime in memory), so a
-    test session does not keep it after the suite; the next run starts one."""
-    global _started
-    server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    stop = getattr(server, "_stop", None)
-    if callable(stop):
-        stop()
-        _started = False
-
-
-_started = False  # the server imports what it is told once, when it starts
-_SERVER_START_SECONDS = 300.0
 
 
 def _start(context: Any, target: Callable[..., None], index: int, mutant: Mutant,
@@ -188,26 +138,9 @@ def _start(context: Any, target: Callable[..., None], index: int, mutant: Mutant
                               args=(mutant.data, mutant.spec.route, mutant.spec.seed, limits,
                                     log_path, send))
     started = time.monotonic()
-    with _no_main_module():
-        process.start()
+    server.start(process)
     send.close()  # the child's end: EOF here once the child is gone
     return _Running(index, mutant, process, receive, log_path, started, started)
-
-
-@contextlib.contextmanager
-def _no_main_module() -> Iterator[None]:
-    """Start a process without it re-running our `__main__` first.
-
-    multiprocessing re-executes the parent's main module in every child, so
-    a child can unpickle functions defined there; ours live in
-    `tools.mutants.child`. Re-running the main module (pytest, the campaign)
-    costs each mutant ~0.1 s, so a stub stands in for it while starting."""
-    real = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = real
 
 
 def _drain(run: _Running) -> None:
@@ -224,7 +157,8 @@ def _drain(run: _Running) -> None:
         run.closed = True
 
 
-def _finish(run: _Running, *, hung: bool) -> Result:
+def _finish(context: Any, run: _Running, limits: Limits, timeout: float, *,
+            hung: bool) -> Result:
     peak = None
     if hung:
         peak = _peak_rss_kib(run.process.pid)
@@ -241,6 +175,9 @@ def _finish(run: _Running, *, hung: bool) -> Result:
     result.outcome = _classify(result, hung)
     if result.outcome in ("crash", "hang", "harness"):
         result.log = _tail(run.log_path)
+    if result.outcome == "crash" and run.mutant.spec.route in ("api", "hostile") \
+            and result.last_stage.startswith("run "):
+        result.site = crash_site.locate(context, run.mutant, limits, run.log_path, timeout)
     with contextlib.suppress(OSError):
         os.unlink(run.log_path)
     return result
