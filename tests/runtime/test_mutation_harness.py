@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from exirc.serialize import deserialize
+from exirc.serialize import program as P
 from tools.mutants import server
 from tools.mutants.bases import cached_bases
 from tools.mutants.catalog import Catalog, build_catalog
 from tools.mutants.child import Limits, pretend
 from tools.mutants.context import BYTE_KINDS, MODEL_KINDS
+from tools.mutants.crash_site import crash_site
 from tools.mutants.generate import Mutant, Spec, make_mutant
 from tools.mutants.runner import run_mutants
 
@@ -72,3 +75,21 @@ def test_every_kind_bends_a_real_program(kind: str, bases: dict[str, bytes],
             != bases[base] and not m.description.startswith("byte_flip (no ")]
     assert bent, f"{kind} changed none of {BASES} in {SEEDS} seeds each"
     assert all(m.description.startswith(kind) for m in bent)
+
+
+def test_a_crash_is_placed_at_the_instruction_after_the_last_completed(
+        bases: dict[str, bytes]) -> None:
+    data = bases["dynamic_batch.portable"]
+    plan = deserialize(data).method("forward")
+
+    def named(index: int) -> str:
+        instruction = plan.chains[0].instructions[index]
+        if isinstance(instruction, P.KernelCall):
+            return plan.operators[instruction.op_index].qualified_name
+        return type(instruction).__name__
+
+    assert crash_site(data, "forward start") == \
+        f"in instruction 0 of chain 0 of forward ({named(0)})"
+    assert crash_site(data, "forward 0 0") == \
+        f"in instruction 1 of chain 0 of forward ({named(1)})"
+    assert crash_site(data, "forward 0 100000") == "after instruction 100000 of chain 0 of forward"
