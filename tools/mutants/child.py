@@ -241,6 +241,8 @@ def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
         for n in range(limits.runs):
             if _stage(f"run {name} #{n + 1}", stages, conn, run, inputs) is None:
                 break
+    if program.has_state:  # the state the runs left, put back as the file has it
+        _stage("reset_state", stages, conn, program.reset_state)
 
 
 def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int, *,
