@@ -44,9 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"building {len(names)} base programs...", file=sys.stderr)
     session = prepare(names, Path(args.out) / "bases-cache")
     bases, catalog = session.bases, session.catalog
-    specs = controls(names) + plan_mutants(names, args.mutants, args.seed)
+    unmutated = controls(names)
+    specs = unmutated + plan_mutants(names, args.mutants, args.seed)
     limits = Limits(memory_bytes=int(args.memory_gib * (1 << 30)), max_steps=args.max_steps)
-    print(f"running {len(specs)} mutants ({len(names) * 2} of them unmutated controls), "
+    print(f"running {len(specs)} mutants ({len(unmutated)} of them unmutated controls), "
           f"{args.jobs} at a time...", file=sys.stderr)
     progress = _Progress(len(specs))
     results = run_mutants(_mutants(specs, bases, catalog), jobs=args.jobs,
