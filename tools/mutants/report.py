@@ -1,6 +1,7 @@
 """The campaign's figures, its failures grouped by cause, and their reproducers.
 
-Figures are what issue 16 asks to paste: mutants, typed errors by code, loads
+Figures are what issue 16 asks to paste: mutants (outcomes count the
+unmutated controls and the real-command sample too), typed errors by code, loads
 that succeeded, runs that completed, crashes, tracebacks, hangs, time per
 mutant (p50, p99) and peak memory. Failures (anything but `ok` or `typed`)
 are grouped by a signature (outcome, stage, first error line with numbers
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.mutants.generate import UNMUTATED
 from tools.mutants.runner import MEMORY_SIGNS, Result
 
 FAILURES = ("crash", "hang", "traceback", "memory", "harness")
@@ -51,8 +53,9 @@ def figures(results: Sequence[Result], wall_seconds: float | None = None) -> dic
     forked = [result for result in results if not _through_cli(result)]
     seconds = [result.seconds for result in forked]
     rss = [result.peak_rss_kib for result in forked if result.peak_rss_kib]
+    controls = sum(result.mutant.spec.kinds == (UNMUTATED,) for result in forked)
     return {
-        "mutants": len(results),
+        "mutants": len(forked) - controls, "controls": controls,
         "outcomes": dict(sorted(outcomes.items())),
         "typed_errors": dict(sorted(codes.items())),
         "loads_succeeded": loads, "loads_attempted": load_attempts,
@@ -81,8 +84,8 @@ def _through_cli(result: Result) -> bool:
 def table(fig: dict[str, Any]) -> str:
     """The figures as a Markdown table."""
     rows = [
-        ("mutants", f"{fig['mutants']} ({fig['through_real_cli']} of them also through the "
-                    "real `exirc` command)"),
+        ("mutants", f"{fig['mutants']} (+ {fig['controls']} unmutated controls; "
+                    f"{fig['through_real_cli']} of them also through the real `exirc` command)"),
         ("outcomes", ", ".join(f"{k} {v}" for k, v in fig["outcomes"].items())),
         ("typed errors (by code, per stage)",
          ", ".join(f"{k} {v}" for k, v in fig["typed_errors"].items()) or "none"),
