@@ -153,6 +153,18 @@ class PoolBackward(torch.nn.Module):
             grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)
 
 
+class DataDependent(torch.nn.Module):
+    """Outputs sized by data: masked_select by values, repeat_interleave by an
+    input of repeats (bounded for planning by torch._check)."""
+
+    def forward(self, x: torch.Tensor, repeats: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        picked = torch.masked_select(x, x > 0)
+        torch._check(picked.shape[0] <= 12)
+        spread = torch.repeat_interleave(x[:, 0], repeats)
+        torch._check(spread.shape[0] <= 16)
+        return picked * 2, spread
+
+
 def _batch(max_rows: int = 8) -> Any:
     return ({0: torch.export.Dim("batch", min=1, max=max_rows)},)
 
@@ -188,6 +200,8 @@ MODELS: dict[str, Model] = {
     "dynamic_batch": Model(MLP, lambda: (torch.randn(4, 8),), _batch),
     "state": Model(Accumulator, lambda: (torch.randn(2, 4),)),
     "index_ops": Model(IndexOps, lambda: (torch.randn(4, 4), torch.tensor([1, 3]))),
+    "data_dependent": Model(DataDependent, lambda: (torch.randn(4, 3),
+                                                    torch.tensor([1, 2, 0, 1]))),
     "pool_backward": Model(PoolBackward, lambda: (
         torch.ones(1, 1, 2, 2), torch.randn(1, 1, 4, 4),
         torch.tensor([[[[0, 3], [9, 15]]]]))),
