@@ -167,3 +167,43 @@ def _bend_json(document: Any, rng: random.Random) -> str | None:
             return f"{where} removed"
         node[key] = new
         return f"{where}: {str(child)[:40]} -> {str(new)[:40]}"
+
+
+_EDGE_ELEMENTS = [-1, 0, 2**31 - 1, -(2**31), 2**62, 255, 128, 10**9]
+
+
+@model_kind("constant_data")
+def constant_data(ctx: Context) -> str | None:
+    """Some elements of a constant tensor (an index, a zero point, a weight;
+    integer ones preferred) become edge values: what a kernel reads as data."""
+    plan = picks.plan(ctx.program, ctx.rng)
+    tensors = picks.tensors(plan, constant=True) if plan else []
+    integer = [i for i in tensors if plan and not _floating(plan.values[i])]
+    index = picks.choice(ctx.rng, integer if integer and ctx.rng.random() < 0.7 else tensors)
+    segment = ctx.program.constant_segment
+    if plan is None or index is None or segment is None or \
+            not 0 <= segment.segment_index < len(ctx.program.segments):
+        return None
+    tensor = plan.values[index]
+    assert isinstance(tensor, P.Tensor)
+    holder = ctx.program.segments[segment.segment_index]
+    if not 0 < tensor.data_buffer_idx < len(segment.offsets):
+        return None
+    start, end = P.constant_span(segment.offsets, tensor.data_buffer_idx, len(holder.data))
+    size = tensor.scalar_type.itemsize if isinstance(tensor.scalar_type, P.ScalarType) else 1
+    if end - start < size:
+        return None
+    data = bytearray(holder.data)
+    written = []
+    for _ in range(ctx.rng.choice([1, 1, 4])):
+        at = start + ctx.rng.randrange((end - start) // size) * size
+        value = ctx.rng.choice(_EDGE_ELEMENTS)
+        data[at:at + size] = (value % (1 << (8 * size))).to_bytes(size, "little")
+        written.append(f"{value} at byte {at - start}")
+    holder.data = bytes(data)
+    return f"{plan.name} %{index} (constant {tensor.data_buffer_idx}): {', '.join(written)}"
+
+
+def _floating(value: P.EValue) -> bool:
+    return isinstance(value, P.Tensor) and isinstance(value.scalar_type, P.ScalarType) \
+        and value.scalar_type.name in ("FLOAT", "DOUBLE", "HALF", "BFLOAT16")

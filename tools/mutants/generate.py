@@ -36,8 +36,8 @@ WEIGHTS: dict[str, float] = {
     "delegate_payload": 2, "instructions": 1.5, "data_buffer_idx": 1.5, "allocation": 1,
     "args_length": 1, "op_overload": 1, "op_index": 1, "plan_io": 1, "move_free": 1,
     "tensor_fields": 1, "double_value": 1, "constant_offsets": 1, "delegate_call": 0.5,
-    "delegate_fields": 0.5, "named_data": 1, "metadata_json": 1.5, "values_explode": 0.2,
-    "buffers_explode": 0.3,
+    "delegate_fields": 0.5, "named_data": 1, "metadata_json": 1.5, "constant_data": 1.5,
+    "values_explode": 0.2, "buffers_explode": 0.3,
     "xnn_value": 1.5, "xnn_node": 2, "xnn_graph": 1,
     "byte_flip": 2, "byte_word": 1.5, "byte_cut": 1,
 }
