@@ -15,7 +15,7 @@ help:
 	@echo "make test    install, then run the test suite"
 	@echo "make check   lint, type-check and a seconds-long smoke test"
 	@echo "make bench   performance against torch eager and ExecuTorch (table + JSON)"
-	@echo "make fuzz    the runtime mutation campaign: 12,000 mutants of real programs (~20 min)"
+	@echo "make fuzz    the runtime mutation campaign: 12,000 mutants of real programs (~10 min)"
 	@echo "make schema  regenerate the FlatBuffers bindings from schema/*.fbs"
 	@echo "make clean   remove build outputs and caches (distclean: also .venv)"
 
