@@ -28,7 +28,15 @@ from tools.mutants.bases import ALL_BASES, TEST_BASES, available
 from tools.mutants.catalog import Catalog
 from tools.mutants.child import Limits
 from tools.mutants.cli_sample import run_sample
-from tools.mutants.generate import Mutant, Spec, controls, make_mutant, plan_mutants
+from tools.mutants.generate import (
+    Mutant,
+    Spec,
+    controls,
+    hostile_probes,
+    is_control,
+    make_mutant,
+    plan_mutants,
+)
 from tools.mutants.runner import Result, run_mutants
 from tools.mutants.session import prepare
 
@@ -45,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = prepare(names, Path(args.out) / "bases-cache")
     bases, catalog = session.bases, session.catalog
     unmutated = controls(names)
-    specs = unmutated + plan_mutants(names, args.mutants, args.seed)
+    specs = unmutated + hostile_probes(names) + plan_mutants(names, args.mutants, args.seed)
     limits = Limits(memory_bytes=int(args.memory_gib * (1 << 30)), max_steps=args.max_steps)
     print(f"running {len(specs)} mutants ({len(unmutated)} of them unmutated controls), "
           f"{args.jobs} at a time...", file=sys.stderr)
@@ -91,7 +99,7 @@ def _report(results: list[Result], names: Sequence[str], wall: float, out: Path)
     (out / "campaign.json").write_text(report.to_json(results, fig))
     (out / "findings.md").write_text(report.findings_markdown(results, fig, saved))
     print(report.table(fig))
-    broken_bases = [r for r in results if r.mutant.spec.kinds == ("none",) and r.outcome != "ok"]
+    broken_bases = [r for r in results if is_control(r.mutant.spec) and r.outcome != "ok"]
     for result in broken_bases:
         print(f"unmutated base failed: [{result.mutant.spec.label}] {report.explain(result)}")
     print(f"\n{len(report.group(results))} distinct failures; details in {out / 'findings.md'}")

@@ -10,7 +10,9 @@ process with a timeout and a memory limit: loaded and run through the API
 or a bent .npz of inputs), then every `exirc inspect` view. None may crash, hang, blow
 the memory limit or raise anything but a typed exirc error; and enough of
 them must still load and run that the suite cannot pass by the runtime
-refusing everything. Every base program, unmutated, must run cleanly.
+refusing everything. Every base program, unmutated, must run cleanly, and
+must survive edge-value inputs (indices out of range, NaN: typed errors are
+fine) - the probes that reach kernels with no mutation to stop them first.
 
 `make fuzz` runs the same campaign longer (`tools/mutation_campaign.py`);
 it reproduces any mutant named here by its label.
@@ -26,7 +28,13 @@ import pytest
 from tools.mutants import report, server
 from tools.mutants.bases import TEST_BASES, available
 from tools.mutants.cli_sample import run_sample
-from tools.mutants.generate import UNMUTATED, controls, make_mutant, plan_mutants
+from tools.mutants.generate import (
+    controls,
+    hostile_probes,
+    is_control,
+    make_mutant,
+    plan_mutants,
+)
 from tools.mutants.runner import Result, run_mutants
 from tools.mutants.session import prepare
 
@@ -53,7 +61,7 @@ def campaign(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         else tmp_path_factory.mktemp("mutants-bases")
     session = prepare(names, Path(folder))
     bases, catalog = session.bases, session.catalog
-    specs = controls(names) + plan_mutants(names, MUTANTS, SEED)
+    specs = controls(names) + hostile_probes(names) + plan_mutants(names, MUTANTS, SEED)
     mutants = ((i, make_mutant(spec, bases[spec.base], catalog)) for i, spec in enumerate(specs))
     try:
         forked = run_mutants(mutants, jobs=JOBS, warm_modules=session.warm_modules)
@@ -77,7 +85,7 @@ def _explained(results: list[Result], tmp_path: Path) -> str:
 
 def test_every_base_program_runs_cleanly_unmutated(
         campaign: tuple[list[Result], list[Result]]) -> None:
-    controls_run = [r for r in campaign[0] if r.mutant.spec.kinds == (UNMUTATED,)]
+    controls_run = [r for r in campaign[0] if is_control(r.mutant.spec)]
     assert controls_run
     bad = [f"{r.mutant.spec.label}: {r.outcome} {report.explain(r)}"
            for r in controls_run if r.outcome != "ok"]
@@ -86,7 +94,7 @@ def test_every_base_program_runs_cleanly_unmutated(
 
 def test_no_mutant_crashes_hangs_or_raises_an_untyped_error(
         campaign: tuple[list[Result], list[Result]], tmp_path: Path) -> None:
-    results = [r for r in campaign[0] if r.mutant.spec.kinds != (UNMUTATED,)]
+    results = [r for r in campaign[0] if not is_control(r.mutant.spec)]
     fig = report.figures(results)
     assert fig["mutants"] >= MUTANTS
     failing = report.failures(results)
@@ -98,7 +106,7 @@ def test_no_mutant_crashes_hangs_or_raises_an_untyped_error(
 
 def test_enough_mutants_get_past_the_loader_and_run(
         campaign: tuple[list[Result], list[Result]]) -> None:
-    results = [r for r in campaign[0] if r.mutant.spec.kinds != (UNMUTATED,)]
+    results = [r for r in campaign[0] if not is_control(r.mutant.spec)]
     fig = report.figures(results)
     assert fig["mutants_that_ran"] >= MIN_RAN * fig["mutants"], (
         f"only {fig['mutants_that_ran']} of {fig['mutants']} mutants ran a method to its end: "

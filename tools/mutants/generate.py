@@ -50,6 +50,9 @@ ROUTES = {"api": 0.55, "hostile": 0.15, "cli": 0.2, "npz": 0.1}
 CONTROL_ROUTES = ("api", "cli")  # an unmutated program must run cleanly on sound inputs
 _ATTEMPTS = 6
 UNMUTATED = "none"  # the kind of a control: the base itself, which must run cleanly
+# Kinds every program has something for: what a kind with nothing to bend falls back to.
+FALLBACKS = ("int_value", "sizes", "dtype", "memory_offset", "arg_replace", "dim_order")
+HOSTILE_PROBES = 3  # per base: the unmutated program on edge-value inputs
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,19 @@ def controls(bases: Sequence[str]) -> list[Spec]:
     return [Spec(base, (UNMUTATED,), 0, route) for base in bases for route in CONTROL_ROUTES]
 
 
+def is_control(spec: Spec) -> bool:
+    return spec.kinds == (UNMUTATED,) and spec.route in CONTROL_ROUTES
+
+
+def hostile_probes(bases: Sequence[str]) -> list[Spec]:
+    """Each base unmutated on edge-value inputs (`HOSTILE_PROBES` seeds): its
+    kernels get indices out of range and NaNs straight from a sound program,
+    with no mutation to make it fail to load first. Typed errors are fine;
+    these are mutants, not controls."""
+    return [Spec(base, (UNMUTATED,), seed, "hostile") for base in bases
+            for seed in range(1, HOSTILE_PROBES + 1)]
+
+
 def make_mutant(spec: Spec, base: bytes, catalog: Catalog) -> Mutant:
     """The mutant `spec` names, made from the base program's bytes."""
     rng = random.Random(spec.label)
@@ -112,12 +128,28 @@ def make_mutant(spec: Spec, base: bytes, catalog: Catalog) -> Mutant:
             data, done = BYTE_KINDS[kind](data, rng)
             parts.append(f"{kind}: {done}")
         return Mutant(spec, "; ".join(parts), data)
+    made = _model_mutant(spec, spec.kinds, base, catalog, rng)
+    if made is not None:
+        return made
+    # Nothing of the kind in this program (no delegate, no jump...): another
+    # model mutation instead, so the mutant still reaches the loader's checks
+    # and the kernels rather than being refused as unreadable bytes.
+    fallback = rng.choice(FALLBACKS)
+    made = _model_mutant(spec, (fallback,), base, catalog, rng)
+    if made is not None:
+        return Mutant(spec, f"(no {'+'.join(spec.kinds)} here) {made.description}", made.data)
+    data, flipped = BYTE_KINDS["byte_flip"](base, rng)
+    return Mutant(spec, f"(no {'+'.join(spec.kinds)} here) byte_flip: {flipped}", data)
+
+
+def _model_mutant(spec: Spec, kinds: tuple[str, ...], base: bytes, catalog: Catalog,
+                  rng: random.Random) -> Mutant | None:
     for _ in range(_ATTEMPTS):
         program = deserialize(base)
         context = Context(program, rng, catalog)
         parts = []
         try:
-            for kind in spec.kinds:
+            for kind in kinds:
                 what = MODEL_KINDS[kind](context)
                 if what is not None:
                     parts.append(f"{kind}: {what}")
@@ -125,5 +157,4 @@ def make_mutant(spec: Spec, base: bytes, catalog: Catalog) -> Mutant:
                 return Mutant(spec, "; ".join(parts), serialize(program))
         except Exception:  # noqa: BLE001 (a value the format cannot hold: draw again)
             continue
-    data, flipped = BYTE_KINDS["byte_flip"](base, rng)  # nothing of the kind here
-    return Mutant(spec, f"byte_flip (no {'+'.join(spec.kinds)} applied): {flipped}", data)
+    return None

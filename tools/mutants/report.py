@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tools.mutants.generate import UNMUTATED
+from tools.mutants.generate import is_control
 from tools.mutants.runner import MEMORY_SIGNS, Result
 
 FAILURES = ("crash", "hang", "traceback", "memory", "harness")
@@ -53,7 +53,7 @@ def figures(results: Sequence[Result], wall_seconds: float | None = None) -> dic
     forked = [result for result in results if not _through_cli(result)]
     seconds = [result.seconds for result in forked]
     rss = [result.peak_rss_kib for result in forked if result.peak_rss_kib]
-    controls = sum(result.mutant.spec.kinds == (UNMUTATED,) for result in forked)
+    controls = sum(is_control(result.mutant.spec) for result in forked)
     return {
         "mutants": len(forked) - controls, "controls": controls,
         "outcomes": dict(sorted(outcomes.items())),
