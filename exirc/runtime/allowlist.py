@@ -32,6 +32,16 @@ from exirc.targets import BACKEND_OPS, builtin_targets, kernel_list, kernel_sets
 # (`_local_scalar_dense`, `sym_numel`) are on ExecuTorch's portable list too.
 _OUTSIDE_THE_KERNEL_LISTS: frozenset[str] = frozenset()
 
+# On ExecuTorch's portable list, but torch's CPU kernels trust data the file
+# controls: max_pool2d_with_indices_backward writes through its `indices`
+# unchecked (the mutation campaign's only remaining segfault). Both are
+# training ops no inference program needs; a trusted file can still run them
+# with `allow_any_aten`.
+_TRUSTING_KERNELS: frozenset[str] = frozenset({
+    "aten::max_pool2d_with_indices_backward.grad_input",
+    "aten::convolution_backward.out",
+})
+
 
 def is_allowlisted(key: str) -> bool:
     """Whether the ATen operator `key` (`aten::name.overload`, the default
@@ -47,7 +57,8 @@ def allowlisted_operators() -> frozenset[str]:
         for kernel_set in kernel_sets(target):
             if kernel_set != BACKEND_OPS:  # exirc's own ops: registered kernels, not ATen
                 names |= kernel_list(kernel_set)
-    return frozenset(_with_overload(name) for name in names if name.startswith("aten::"))
+    return frozenset(_with_overload(name) for name in names
+                     if name.startswith("aten::")) - _TRUSTING_KERNELS
 
 
 def _with_overload(name: str) -> str:
