@@ -20,17 +20,7 @@ import torch
 from exirc.errors import FormatError, InputError
 from exirc.runtime import arenas as memory
 from exirc.serialize import program as P
-from exirc.serialize.symbolic_shapes import InputDims, MethodShapes, check_dims
-
-_MAX_PROBLEMS = 4  # input problems named in one message
-_DIM_HINTS = {
-    "range": "the program was compiled for that range; recompile with a wider "
-             "torch.export.Dim(min=..., max=...) to accept this size",
-    "static": "that dim was static when the program was exported; give it a "
-              "torch.export.Dim in dynamic_shapes and recompile to vary it",
-    "relation": "inputs sharing a symbol must have related sizes, as when the program "
-                "was exported",
-}
+from exirc.serialize.symbolic_shapes import InputDims, MethodShapes, check_dims, dim_problems_error
 
 
 @dataclass(frozen=True)
@@ -128,11 +118,7 @@ def _check_symbols(method: str, specs: Sequence[InputSpec], shapes: MethodShapes
         InputDims(spec.name, spec.symbol_dims, tuple(value.shape))
         for spec, value in symbolic if spec.symbol_dims is not None])
     if problems:
-        shown = [p.message for p in problems[:_MAX_PROBLEMS]]
-        if len(problems) > _MAX_PROBLEMS:
-            shown.append(f"and {len(problems) - _MAX_PROBLEMS} more")
-        raise InputError(f"{'; '.join(shown)} (method {method!r}: {signature(specs)})",
-                         hint=_DIM_HINTS[problems[0].kind])
+        raise dim_problems_error(problems, f"method {method!r}: {signature(specs)}")
     for spec, value in symbolic:
         for d, size in enumerate(value.shape):
             if size > spec.shape[d]:  # the planned memory, whatever the file says

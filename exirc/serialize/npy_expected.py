@@ -25,17 +25,13 @@ import numpy
 
 from exirc.errors import InputError
 from exirc.serialize.npy_header import Header
-from exirc.serialize.symbolic_shapes import Dim, InputDims, SymbolRange, check_dims
-
-_MAX_PROBLEMS = 4  # dim problems named in one message, as the runtime does
-_DIM_HINTS = {
-    "range": "the program was compiled for that range; recompile with a wider "
-             "torch.export.Dim(min=..., max=...) to accept this size",
-    "static": "that dim was static when the program was exported; give it a "
-              "torch.export.Dim in dynamic_shapes and recompile to vary it",
-    "relation": "inputs sharing a symbol must have related sizes, as when the program "
-                "was exported",
-}
+from exirc.serialize.symbolic_shapes import (
+    Dim,
+    InputDims,
+    SymbolRange,
+    check_dims,
+    dim_problems_error,
+)
 
 
 @dataclass(frozen=True)
@@ -120,11 +116,7 @@ class ExpectedArrays:
             InputDims(array.name, array.symbol_dims, header.shape)
             for array, header in symbolic if array.symbol_dims is not None])
         if problems:
-            shown = [problem.message for problem in problems[:_MAX_PROBLEMS]]
-            if len(problems) > _MAX_PROBLEMS:
-                shown.append(f"and {len(problems) - _MAX_PROBLEMS} more")
-            raise InputError(f"{'; '.join(shown)} ({self.owner}: {self.signature()})",
-                             hint=_DIM_HINTS[problems[0].kind])
+            raise dim_problems_error(problems, f"{self.owner}: {self.signature()}")
         for array, header in symbolic:
             for dim, (size, bound) in enumerate(zip(header.shape, array.shape)):
                 if size > bound:  # the planned memory, whatever the symbols allow

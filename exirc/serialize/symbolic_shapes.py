@@ -16,10 +16,11 @@ from __future__ import annotations
 import ast
 import functools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from exirc.errors import InputError
 from exirc.serialize import json_segment
 
 NAMED_DATA_KEY = "exirc.symbolic_shapes"  # a key in files: never renamed
@@ -355,3 +356,25 @@ def _solve(expression: str, symbol: str, size: int, known: Mapping[str, int],
     if upper - lower <= _MAX_SCAN:
         return next((v for v in range(lower, upper + 1) if at(v) == size), None)
     return None
+
+
+_MAX_PROBLEMS = 4  # dim problems named in one message
+_DIM_HINTS = {
+    "range": "the program was compiled for that range; recompile with a wider "
+             "torch.export.Dim(min=..., max=...) to accept this size",
+    "static": "that dim was static when the program was exported; give it a "
+              "torch.export.Dim in dynamic_shapes and recompile to vary it",
+    "relation": "inputs sharing a symbol must have related sizes, as when the program "
+                "was exported",
+}
+
+
+def dim_problems_error(problems: Sequence[DimProblem], context: str) -> InputError:
+    """One InputError naming the first few of `check_dims`' problems, with the
+    hint for the first; `context` (`method 'forward': input_0: f32[s0, 8]`)
+    closes the message. The runtime and the input-file reader share it, so a
+    bad input reads the same whichever finds it."""
+    shown = [problem.message for problem in problems[:_MAX_PROBLEMS]]
+    if len(problems) > _MAX_PROBLEMS:
+        shown.append(f"and {len(problems) - _MAX_PROBLEMS} more")
+    return InputError(f"{'; '.join(shown)} ({context})", hint=_DIM_HINTS[problems[0].kind])
