@@ -24,7 +24,7 @@ PAD_AT = "execution_plan[0].chains[0].instructions[0] (aten::reflection_pad2d.ou
 
 
 def schema_argument(key: str, name: str) -> object:
-    kernel = KERNELS.find(*key.rsplit(".", 1))
+    kernel = KERNELS.find(*key.rsplit(".", 1), any_aten=True)
     assert kernel is not None
     return next(arg for arg in kernel.schema.arguments if arg.name == name)
 
@@ -132,4 +132,4 @@ def test_every_fixed_length_of_the_allowlist_is_enforced() -> None:
                 seen += 1
                 assert fits(arg, arg.N) and not fits(arg, arg.N - 1) \
                     and not fits(arg, arg.N + 1), (key, arg.name)
-    assert seen >= 20  # pooling, padding, upsampling, convolution_backward
+    assert seen >= 15  # pooling, padding, upsampling
