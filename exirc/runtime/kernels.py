@@ -32,6 +32,7 @@ import torch
 
 from exirc.errors import UsageError
 from exirc.runtime.allowlist import is_allowlisted
+from exirc.runtime.data_sized_outs import GUARDS
 from exirc.runtime.exirc_ops import OWN_KERNELS
 from exirc.runtime.quantized_kernels import QUANTIZED_KERNELS
 
@@ -168,9 +169,11 @@ def aten_kernel(name: str, overload: str) -> Kernel | None:
     if op is None:
         return None
     try:
-        return _view_copy_kernel(key, op) or Kernel(key, op._schema, _direct_call(op))
+        kernel = _view_copy_kernel(key, op) or Kernel(key, op._schema, _direct_call(op))
     except RuntimeError:  # a name torch.ops accepts lazily but cannot find a schema for
         return None
+    guard = GUARDS.get(key)
+    return kernel if guard is None else Kernel(key, kernel.schema, guard(kernel.fn))
 
 
 def _view_copy_kernel(key: str, op: torch._ops.OpOverload) -> Kernel | None:
