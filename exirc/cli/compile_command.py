@@ -12,6 +12,7 @@ import click
 from exirc.cli.delegation_text import explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
 from exirc.cli.quantization_text import quantization_lines
+from exirc.cli.stdio import is_stdio, refuse_terminal_stdout, write_stdout
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
 from exirc.serialize.files import check_output_directory, check_output_path
@@ -30,6 +31,7 @@ MODEL is one of:
 Examples:
   exirc compile model.py -o model.pte
   exirc compile model.py:build --target exirc -o fast.pte
+  exirc compile model.py -o - | exirc inspect -          # the program through a pipe
   exirc compile model.py --print-pipeline > my.yaml     # then edit it
   exirc compile model.py --pipeline my.yaml -o model.pte --time-passes
   exirc compile model.py --dump-dir ir/ -o model.pte     # the graph after every pass
@@ -77,7 +79,8 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.command("compile", epilog=EPILOG)
 @click.argument("model")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the program (default: MODEL's name with .pte).")
+              help="Where to write the program (default: MODEL's name with .pte); - for "
+                   "stdout (not a terminal).")
 @click.option("--example-inputs", type=click.Path(dir_okay=False),
               help="Example inputs (.pt tuple, .npy or .npz) for a TorchScript archive.")
 @click.option("--target", default=DEFAULT_TARGET, show_default=True,
@@ -160,8 +163,15 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         raise UsageError("--rtol and --atol apply to --verify and --bundle",
                          hint="add --verify")
     output = output or Path(model.split(":")[0]).with_suffix(".pte")
+    to_stdout = is_stdio(output)
     # Before any compile work: a compile that cannot be saved is minutes wasted.
-    check_output_path(output, "program")
+    if to_stdout:
+        if explain_delegation is not None:
+            raise UsageError("-o - and --explain-delegation both write to stdout",
+                             hint="write the program to a file with -o FILE")
+        refuse_terminal_stdout("the program")
+    else:
+        check_output_path(output, "program")
     if dump_dir is not None:
         check_output_directory(dump_dir, "--dump-dir directory")
     options = CompileOptions(target=target, pipeline=pipeline_file,
@@ -182,7 +192,10 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
             warnings.simplefilter("ignore")
         result = compile_model(model, options, example_inputs_path=example_inputs,
                                warn=lambda message: click.echo(f"warning: {message}", err=True))
-    result.save(output)
+    if to_stdout:
+        write_stdout(result.data)
+    else:
+        result.save(output)
     report = result.report
     if explain_delegation == "json":
         click.echo(explain_json(result.delegation), nl=False)
@@ -195,7 +208,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     stages = " | ".join(f"{name} {seconds:.2f} s" for name, seconds in
                         report.stage_seconds.items())
     lines = [
-        f"compiled {model} -> {output} ({human_bytes(report.file_bytes)}), target {target}",
+        f"compiled {model} -> {'stdout' if to_stdout else output} "
+        f"({human_bytes(report.file_bytes)}), target {target}",
         f"  stages: {stages}",
         f"  {report.instructions} instructions, {report.kernel_calls} kernel calls",
         f"  arena {human_bytes(report.arena_bytes)} "

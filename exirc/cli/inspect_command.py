@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from exirc.cli.stdio import is_stdio, read_stdin
 from exirc.cli.style import styler
 from exirc.inspector.describe import describe, program_shapes
 from exirc.inspector.lazy_json import write_json
@@ -29,6 +30,7 @@ Examples:
   exirc inspect model.pte --show quantization   each quantized tensor: scheme, scales, zero points
   exirc inspect model.pte --memory-plan plan.html
   exirc inspect model.pte --json | jq '.methods[0].operators'
+  exirc compile model.py -o - | exirc inspect -   PATH - reads the program from stdin
 
 The --json shape is versioned ("format_version"); see README.md.
 """
@@ -48,8 +50,11 @@ VIEWS = ["summary", "instructions", "memory", "size", "quantization"]
               help="Write the memory plan as a timeline picture (self-contained HTML).")
 def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
                     method_name: str | None, memory_plan: str | None) -> None:
-    """Show what is inside the program file PATH (ours or ExecuTorch's)."""
-    data = map_file(path)
+    """Show what is inside the program file PATH (ours or ExecuTorch's; - for stdin)."""
+    if is_stdio(path):
+        data, path = read_stdin("program"), "<stdin>"
+    else:
+        data = map_file(path)
     program_file = read_program_file(data)
     views = show or ("summary",)
     bold = styler(sys.stdout, bold=True)

@@ -1,0 +1,106 @@
+"""`exirc run`'s outputs: the summary it prints, the .npz it writes (`-o`),
+and the per-operator profile table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from exirc.cli.stdio import is_stdio, write_stdout_through_file
+
+if TYPE_CHECKING:
+    import numpy
+
+    from exirc.runtime.method import Method
+
+_SUMMARY_VALUES = 6  # the first values of each output the summary shows
+
+
+def summary(method: Method, outputs: list[Any]) -> str:
+    lines = [f"method {method.name}: {len(method.inputs)} input"
+             f"{'' if len(method.inputs) == 1 else 's'}, {len(outputs)} output"
+             f"{'' if len(outputs) == 1 else 's'}"]
+    for i, value in enumerate(outputs):
+        lines += _describe(f"output_{i}", value)
+    return "\n".join(lines)
+
+
+def _describe(name: str, value: Any) -> list[str]:
+    import torch
+
+    from exirc.runtime.arenas import SCALAR_TYPES
+
+    if not isinstance(value, torch.Tensor):
+        return [f"  {name}: {value!r}"]
+    dtype = SCALAR_TYPES[value.dtype].short_name if value.dtype in SCALAR_TYPES else value.dtype
+    head = f"  {name}: {dtype}[{', '.join(map(str, value.shape))}]"
+    if value.numel() == 0:
+        return [head + "  (empty)"]
+    try:
+        numbers = value.detach().reshape(-1).to(torch.float64)
+    except (NotImplementedError, RuntimeError):  # opaque element types (bits16)
+        return [head + "  (raw bits: values not shown)"]
+    if not value.dtype.is_floating_point:
+        stats = (f"  min {_num(numbers.min().item())}  max {_num(numbers.max().item())}"
+                 f"  mean {numbers.mean().item():.4g}")
+    else:
+        stats = (f"  min {numbers.min().item():.4g}  max {numbers.max().item():.4g}"
+                 f"  mean {numbers.mean().item():.4g}")
+    shown = ", ".join(_num(v) for v in numbers[:_SUMMARY_VALUES].tolist())
+    more = ", ..." if value.numel() > _SUMMARY_VALUES else ""
+    return [head + stats, f"    [{shown}{more}]"]
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+
+
+def write_outputs(path: str, outputs: list[Any]) -> None:
+    """Save the outputs that are arrays or numbers as `output_N` in a .npz (`-`:
+    stdout); say which others (None, a string) have no place in one."""
+    from exirc.serialize.npy import save_arrays
+
+    arrays = {f"output_{i}": _to_numpy(value) for i, value in enumerate(outputs)}
+    saved = {name: array for name, array in arrays.items() if array is not None}
+    if is_stdio(path):
+        write_stdout_through_file(".npz", lambda file: save_arrays(file, saved))
+        path = "stdout"
+    else:
+        save_arrays(path, saved)
+    left_out = [f"{name} ({'None' if outputs[i] is None else type(outputs[i]).__name__})"
+                for i, (name, array) in enumerate(arrays.items()) if array is None]
+    note = f" (not an array, so not written: {', '.join(left_out)})" if left_out else ""
+    click.echo(f"wrote {len(saved)} output{'s' if len(saved) != 1 else ''} to {path}{note}",
+               err=True)
+
+
+def _to_numpy(value: Any) -> numpy.ndarray[Any, Any] | None:
+    """The array a .npz can hold for `value`, or None if there is none."""
+    import numpy
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().contiguous()
+        if tensor.dtype in (torch.bfloat16, torch.float8_e5m2, torch.float8_e4m3fn,
+                            torch.float8_e5m2fnuz, torch.float8_e4m3fnuz):
+            tensor = tensor.to(torch.float32)  # numpy has no such dtype
+        elif tensor.dtype == torch.bits16:
+            tensor = tensor.view(torch.uint16)  # raw bits: numpy has no opaque type
+        return tensor.numpy()
+    if isinstance(value, (bool, int, float)):
+        return numpy.asarray(value)
+    return None
+
+
+def profile_table(rows: list[dict[str, Any]], runs: int) -> str:
+    width = max([len("op"), *(len(row["op"]) for row in rows)])
+    lines = [f"time per operator over {runs} run{'s' if runs != 1 else ''}:",
+             f"  {'op':<{width}}  {'calls':>7}  {'total ms':>10}  {'share':>6}"]
+    for row in rows:
+        lines.append(f"  {row['op']:<{width}}  {row['calls']:>7}  {row['total_ms']:>10.3f}  "
+                     f"{row['share']:>6.1%}")
+    total_ms = sum(row["total_ms"] for row in rows)
+    calls = sum(row["calls"] for row in rows)
+    lines.append(f"  {'total':<{width}}  {calls:>7}  {total_ms:>10.3f}  {1:>6.1%}")
+    return "\n".join(lines)
