@@ -12,6 +12,7 @@ import click
 from exirc.cli.delegation_text import explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
 from exirc.cli.quantization_text import quantization_lines
+from exirc.cli.sizes import SIZE_HELP, size_option
 from exirc.cli.stdio import is_stdio, refuse_terminal_stdout, write_stdout
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
@@ -37,6 +38,7 @@ Examples:
   exirc compile model.py --dump-dir ir/ -o model.pte     # the graph after every pass
   exirc compile model.py --print-ir-diff                 # what each pass changed
   exirc compile model.py --max-arena 256K -o model.pte   # fail if the plan needs more
+  exirc compile model.py --max-memory 1.5M -o model.pte  # the same limit, run's name
   exirc compile model.py --verify -o model.pte           # fail (exit 5) if it differs from eager
   exirc compile model.py --verify --verify-inputs in.npz --atol 1e-4
   exirc compile model.py --verify --bundle -o model.pte  # then: exirc run model.pte --check
@@ -69,11 +71,14 @@ Pass debugging (printed on stderr; the flags combine):
 """
 
 
-def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    from exirc.plan.limits import parse_size
-
-    return None if value is None else parse_size(value)
-
+def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
+    """The arena limit from --max-arena or its other name --max-memory (as
+    `exirc run` spells it); both may be given only if they agree."""
+    if max_arena is not None and max_memory is not None and max_arena != max_memory:
+        raise UsageError(f"--max-arena ({max_arena} bytes) and --max-memory ({max_memory} "
+                         "bytes) are the same limit with two different values",
+                         hint="give one of them")
+    return max_arena if max_arena is not None else max_memory
 
 
 @click.command("compile", epilog=EPILOG)
@@ -98,9 +103,11 @@ def _arena_limit(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write the graph after every pass, a diff per changing pass and an index "
                    "(index.txt, index.html) to this directory.")
-@click.option("--max-arena", "max_arena", metavar="SIZE", callback=_arena_limit,
-              help="Fail if a method's planned memory arena needs more than SIZE: bytes, or "
-                   "K/M/G (KiB/MiB/GiB), e.g. 256K.")
+@click.option("--max-arena", "max_arena", metavar="SIZE", callback=size_option,
+              help="Fail if a method's planned memory arena needs more than SIZE. "
+                   + SIZE_HELP)
+@click.option("--max-memory", "max_memory", metavar="SIZE", callback=size_option,
+              help="The same as --max-arena, under the name `exirc run` gives its limit.")
 @click.option("--verify", is_flag=True,
               help="Run the program and eager PyTorch on the example inputs and fail (exit "
                    "code 5, no file) if their outputs differ.")
@@ -144,6 +151,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     pipeline_file: Path | None, print_pipeline: bool,
                     print_ir_after_all: bool, print_ir_after_change: bool,
                     print_ir_diff: bool, dump_dir: Path | None, max_arena: int | None,
+                    max_memory: int | None,
                     verify: bool, verify_inputs: tuple[str, ...], rtol: float | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
                     quantize: str | None, calibration_inputs: tuple[str, ...],
@@ -178,7 +186,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              print_ir_after_all=print_ir_after_all,
                              print_ir_after_change=print_ir_after_change,
                              print_ir_diff=print_ir_diff, dump_dir=dump_dir,
-                             max_arena_bytes=max_arena, verify=verify,
+                             max_arena_bytes=_one_limit(max_arena, max_memory),
+                             verify=verify,
                              verify_inputs=verify_inputs,
                              rtol=rtol, atol=atol, bundle=bundle, quantize=quantize,
                              calibration_inputs=calibration_inputs,

@@ -18,6 +18,7 @@ import click
 from exirc.cli.plugins import import_plugin
 from exirc.cli.run_inputs import make_random_inputs, read_inputs
 from exirc.cli.run_outputs import profile_table, summary, write_outputs
+from exirc.cli.sizes import SIZE_HELP, size_option
 from exirc.cli.stdio import is_stdio, refuse_terminal_stdout
 from exirc.errors import ResourceError, UsageError, VerificationError
 from exirc.serialize.files import check_output_path
@@ -72,15 +73,15 @@ all pass and 5 if any fails.
 @click.option("--allow-any-aten-op", "allow_any_aten", is_flag=True,
               help="Also run ATen operators outside the runtime's allowlist, straight from "
                    "torch. This trusts the file: some ATen kernels crash on bad arguments.")
-@click.option("--max-memory", type=str, default=None, metavar="SIZE",
-              help="Refuse programs planning more memory than this, e.g. 512M or 2G.")
+@click.option("--max-memory", "max_memory", default=None, metavar="SIZE", callback=size_option,
+              help="Refuse programs planning more memory than SIZE. " + SIZE_HELP)
 @click.option("--check", is_flag=True,
               help="Run the test cases bundled in the program (`exirc compile --bundle`) and "
                    "report pass or fail (exit code 5 if any fails).")
 def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, profile_ops: bool,
                 plugins: tuple[str, ...], max_steps: int | None, allow_any_aten: bool,
-                max_memory: str | None, check: bool) -> None:
+                max_memory: int | None, check: bool) -> None:
     """Run a method of the program file PATH and summarise its outputs."""
     if check:
         given = [flag for flag, used in (("--inputs", input_paths), ("--random", random_inputs),
@@ -113,7 +114,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
     from exirc.runtime.profile import latency_stats
 
     with _out_of_memory(f"loading the program {path}"):
-        program = load(path, max_memory=_parse_size(max_memory) if max_memory else None,
+        program = load(path, max_memory=max_memory,
                        max_steps=max_steps or DEFAULT_MAX_STEPS, allow_any_aten=allow_any_aten)
     if check:
         with _out_of_memory("running the bundled test cases"):
@@ -193,15 +194,3 @@ def _method_name(program: LoadedProgram, requested: str | None) -> str:
     if "forward" in names or len(names) != 1:
         return "forward"  # a missing forward is reported with the list of methods
     return names[0]
-
-
-def _parse_size(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
-    number, unit = cleaned, ""
-    if cleaned and cleaned[-1] in units:
-        number, unit = cleaned[:-1], cleaned[-1]
-    try:
-        return int(float(number) * units[unit])
-    except ValueError:
-        raise UsageError(f"--max-memory {text!r} is not a size", hint="e.g. 512M, 2G") from None

@@ -44,7 +44,7 @@ def test_a_bad_size_on_the_command_line_fails_before_compiling(
     assert out == ""
     first, hint, *_ = err.splitlines()
     assert first == "error[E0200]: --max-arena: '12Q' is not a size"
-    assert hint.startswith("  hint: give bytes, or a whole number with K, M or G")
+    assert hint.startswith("  hint: give bytes, or a number with K, M, G or T")
 
 
 def test_format_size_keeps_the_exact_bytes() -> None:

@@ -208,7 +208,7 @@ def test_max_memory_and_max_steps(capsys: pytest.CaptureFixture[str], add_pte: P
     code, _, err = run(capsys, str(add_pte), "--random", "--max-memory", "32")
     assert code == 3 and "more than the 32 bytes allowed (the max_memory limit)" in err
     code, _, err = run(capsys, str(add_pte), "--random", "--max-memory", "lots")
-    assert code == 2 and "--max-memory 'lots' is not a size" in err
+    assert code == 2 and "--max-memory: 'lots' is not a size" in err
     path = tmp_path / "loop.pte"
     path.write_bytes(serialize(loop_program()))
     code, _, err = run(capsys, str(path), "--random", "--max-steps", "50")
