@@ -9,13 +9,18 @@ the schema (`argument_kinds`: counts, kinds, fixed list lengths, result
 slots); binding checks the rest of what a file could get wrong: outs that
 would write into constants, enum codes (dtypes, memory formats), and lists
 written at run time, when they are read, since a kernel trusts their length.
+
+A call with only fixed arguments (the common case: an out variant) is also
+offered as an `action`: a `functools.partial` of the kernel, which Python
+calls with no frame of its own. Its result is the kernel's (not None), so
+only loops that ignore results (`exirc.runtime.straight_line`) use it.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,12 +34,23 @@ from exirc.runtime.values import Values
 from exirc.serialize import program as P
 
 Call = Callable[[], None]
+Action = Callable[[], Any]
+"""A call whose result means nothing: run it for its effect."""
+
+
+class Bound(NamedTuple):
+    """A bound KernelCall: `call` returns None (a step of the jump-following loop);
+    `action`, when there is one, does the same work faster but returns the
+    kernel's result (see the module docstring)."""
+
+    call: Call
+    action: Action | None
 
 _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last,
                    torch.channels_last_3d)
 
 
-def bind(kernel: Kernel, args: Sequence[int], values: Values, where: str) -> Call:
+def bind(kernel: Kernel, args: Sequence[int], values: Values, where: str) -> Bound:
     """The KernelCall `kernel(args)` as a closure that runs it with no lookups.
 
     Its values must have passed `argument_kinds.check_calls`."""
@@ -71,11 +87,12 @@ def bind(kernel: Kernel, args: Sequence[int], values: Values, where: str) -> Cal
 
 def _call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
           fills: list[tuple[Any, Any, Callable[[], Any]]], resets: list[torch.Tensor],
-          store: Callable[[Any], None] | None) -> Call:
+          store: Callable[[Any], None] | None) -> Bound:
     if not fills and not resets and store is None:
         def call() -> None:  # the common case: an out-variant with fixed arguments
             fn(*args, **kwargs)
-        return call
+        # The partial's arguments are fixed now: nothing here changes at run time.
+        return Bound(call, functools.partial(fn, *args, **kwargs))
 
     def call_with_updates() -> None:
         for container, key, get in fills:
@@ -85,7 +102,7 @@ def _call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
         result = fn(*args, **kwargs)
         if store is not None:
             store(result)
-    return call_with_updates
+    return Bound(call_with_updates, None)
 
 
 def _argument(arg: Any, index: int, values: Values,

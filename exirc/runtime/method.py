@@ -17,7 +17,10 @@ weighted by its work (`exirc.runtime.work`: one step for an instruction over
 small tensors, more for a big convolution). Backward jumps also check a
 wall-clock limit for loops, a safety net for work the estimates miss (a
 delegate's, a slow machine's). The plain loop thus pays per instruction
-only for the call and the test for a jump.
+only for the call and the test for a jump. A chain with no jumps at all
+(most are) pays not even that: it runs as a plain `for` over its actions
+(`steps.Prepared`), where a kernel call is a partial of the kernel, with no
+Python frame of its own; a failure is located by how far the loop got.
 
 `run(observer=...)` calls `observer(chain, index)` after each instruction
 runs, so a debugger (`exirc compile --verify` localizing a mismatch) can read
@@ -27,6 +30,7 @@ Observed runs take a separate, slower loop; the plain loop is unchanged.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,7 +44,7 @@ from exirc.runtime.argument_checks import check_method
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.kernels import Kernel
-from exirc.runtime.steps import Site, Step, prepare, site_of
+from exirc.runtime.steps import Action, Site, Step, prepare, site_of
 from exirc.runtime.values import Values, value_table, written_values
 from exirc.runtime.work import UNITS_PER_STEP, chain_costs, prefix_sums
 from exirc.serialize import program as P
@@ -113,6 +117,8 @@ class Method:
         self.output_values = list(plan.outputs)
         self._chains: list[list[Step]] = []
         self._sites: list[list[Site]] = []
+        # Per chain, its actions if it has no jumps (run by `_execute_straight`), else None.
+        self._straight: list[list[Action] | None] = []
         # Per chain, prefix sums of the instructions' costs (what a backward jump
         # charges) and of their costs beyond one step (what the careful loop adds
         # to its per-instruction count).
@@ -120,13 +126,17 @@ class Method:
         self._extras: list[list[int]] = []
         handles = [handle for _, handle in backends]
         for c, chain in enumerate(plan.chains):
-            steps, sites = [], []
+            steps, actions, sites = [], [], []
             for i, instr in enumerate(chain.instructions):
                 site = site_of(plan, c, i)
                 at = f"{where}.chains[{c}].instructions[{i}] ({site.label})"
-                steps.append(prepare(instr, kernels, backends, values, at))
+                prepared = prepare(instr, kernels, backends, values, at)
+                steps.append(prepared.step)
+                actions.append(prepared.action)
                 sites.append(site)
             self._chains.append(steps)
+            straight = [action for action in actions if action is not None]
+            self._straight.append(straight if len(straight) == len(actions) else None)
             self._sites.append(sites)
             costs = chain_costs(plan, chain, kernels, handles, written)
             self._costs.append(prefix_sums(costs))
@@ -168,7 +178,11 @@ class Method:
         allowance: Allowance = (self.max_steps, None)
         for c, steps in enumerate(chains):
             if observer is None and allowance[0] >= len(steps):
-                allowance = self._execute(c, steps, allowance)
+                actions = self._straight[c] if profile is None else None
+                if actions is not None:
+                    allowance = self._execute_straight(c, actions, allowance)
+                else:
+                    allowance = self._execute(c, steps, allowance)
             else:
                 allowance = self._execute_careful(c, steps, allowance, observer)
         return [_copy_out(self._env[index]) for index in self.output_values]
@@ -202,14 +216,30 @@ class Method:
                     elif clock() > deadline:
                         raise self._time_limit(chain, jump)
                     pc = jump
-        except ExircError as error:
-            located = self._located(chain, pc, error)
-            if located is error:
-                raise
-            raise located from error
         except Exception as error:  # noqa: BLE001 (any kernel's failure, named and re-raised)
-            raise self._failure(chain, pc, error) from error
+            blamed = self._blame(chain, pc, error)
+            if blamed is error:
+                raise
+            raise blamed from error
         return budget, deadline
+
+    def _execute_straight(self, chain: int, actions: list[Action],
+                          allowance: Allowance) -> Allowance:
+        """`_execute` for a chain with no jumps: each action once, in order.
+
+        The chain's length is charged as in `_execute`. A failing action is
+        found from the iterator: the instructions it has yet to hand out."""
+        remaining = iter(actions)
+        try:
+            for action in remaining:
+                action()
+        except Exception as error:  # noqa: BLE001 (as in _execute)
+            pc = len(actions) - operator.length_hint(remaining) - 1
+            blamed = self._blame(chain, pc, error)
+            if blamed is error:
+                raise
+            raise blamed from error
+        return allowance[0] - len(actions), allowance[1]
 
     def _execute_careful(self, chain: int, steps: list[Step], allowance: Allowance,
                          observer: Observer | None) -> Allowance:
@@ -226,13 +256,11 @@ class Method:
             at = pc
             try:
                 jump = steps[at]()
-            except ExircError as error:
-                located = self._located(chain, at, error)
-                if located is error:
-                    raise
-                raise located from error
             except Exception as error:  # noqa: BLE001 (as in _execute)
-                raise self._failure(chain, at, error) from error
+                blamed = self._blame(chain, at, error)
+                if blamed is error:
+                    raise
+                raise blamed from error
             pc = at + 1 if jump is None else jump
             budget -= 1
             if budget < 0:
@@ -272,6 +300,13 @@ class Method:
             if target.shape != value.shape:
                 target.resize_(value.shape)
             target.copy_(value)
+
+    def _blame(self, chain: int, pc: int, error: Exception) -> Exception:
+        """The error to raise for `error`, raised by instruction `pc` of `chain`: a
+        typed one as `_located` makes it, any other as a located ExecutionError."""
+        if isinstance(error, ExircError):
+            return self._located(chain, pc, error)
+        return self._failure(chain, pc, error)
 
     def _failure(self, chain: int, pc: int, error: Exception) -> ExecutionError:
         site = self._sites[chain][pc]

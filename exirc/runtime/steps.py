@@ -13,13 +13,17 @@ and checked here, at load, so the run loop does no lookups and no string work:
 
 Each step has a `Site` alongside it: where the instruction is and what it
 runs, for messages and profiles, kept out of the step itself.
+
+Beside its step, each instruction but a jump has an action: the same work,
+for a chain with no jumps (`exirc.runtime.straight_line`), whose result is
+ignored; for a plain KernelCall, a faster call than its step (`binding.Bound`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -32,6 +36,14 @@ from exirc.runtime.values import Values
 from exirc.serialize import program as P
 
 Step = Callable[[], "int | None"]
+Action = Callable[[], Any]
+
+
+class Prepared(NamedTuple):
+    """An instruction made ready: its step, and its action (None for a jump)."""
+
+    step: Step
+    action: Action | None
 
 
 @dataclass(frozen=True)
@@ -51,18 +63,22 @@ def site_of(plan: P.ExecutionPlan, chain: int, index: int) -> Site:
 
 
 def prepare(instr: P.Instruction, kernels: Mapping[int, Kernel],
-            backends: Sequence[tuple[Any, Any]], values: Values, where: str) -> Step:
-    """The step that runs `instr`; `where` names it in errors about the file."""
+            backends: Sequence[tuple[Any, Any]], values: Values, where: str) -> Prepared:
+    """The step and action that run `instr`; `where` names it in errors about the file."""
     if isinstance(instr, P.KernelCall):
-        return bind(kernels[instr.op_index], instr.args, values, where)
+        bound = bind(kernels[instr.op_index], instr.args, values, where)
+        return Prepared(bound.call, bound.action or bound.call)
+    if isinstance(instr, P.JumpFalseCall):
+        step = _jump_false(values, instr.cond_value_index, instr.destination_instruction, where)
+        return Prepared(step, None)
     if isinstance(instr, P.DelegateCall):
         backend, handle = backends[instr.delegate_index]
-        return delegates.bind(backend, handle, instr.args, values.env, values.written)
-    if isinstance(instr, P.MoveCall):
-        return _move(values, instr.move_from, instr.move_to, where)
-    if isinstance(instr, P.JumpFalseCall):
-        return _jump_false(values, instr.cond_value_index, instr.destination_instruction, where)
-    return _free
+        step = delegates.bind(backend, handle, instr.args, values.env, values.written)
+    elif isinstance(instr, P.MoveCall):
+        step = _move(values, instr.move_from, instr.move_to, where)
+    else:
+        step = _free
+    return Prepared(step, step)
 
 
 def _move(values: Values, source: int, target: int, where: str) -> Step:
