@@ -87,7 +87,7 @@ def test_an_exported_program_is_pointed_to_compile_methods() -> None:
 
 def test_an_unwritable_output_fails_before_compiling(tmp_path: Path) -> None:
     model, inputs = _model_and_inputs()
-    with pytest.raises(UsageError, match="cannot write the program .*: directory .* does not exist"):
+    with pytest.raises(UsageError, match="cannot write the program .*: directory .* does not"):
         exirc.compile(model, inputs, tmp_path / "absent" / "x.pte")
 
 
