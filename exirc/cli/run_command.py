@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from exirc.cli.plugins import import_plugin
+from exirc.cli.random_shapes import parse_shape_options
 from exirc.cli.run_inputs import make_random_inputs, read_inputs
 from exirc.cli.run_outputs import profile_table, summary, write_outputs
 from exirc.cli.sizes import SIZE_HELP, size_option
@@ -35,6 +36,7 @@ Examples:
   exirc run model.pte --random --seed 1 -o out.npz   random inputs; outputs to a .npz
   exirc run model.pte --random -o - > out.npz        the .npz on stdout (summary on stderr)
   exirc run model.pte --random --repeat 100          latency: min, median, p90, max
+  exirc run model.pte --random --shape input_0=2x17  a dynamic input at this shape
   exirc run model.pte --random --profile             time per operator
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
   exirc run model.pte --check                        run the bundled test cases
@@ -54,7 +56,11 @@ all pass and 5 if any fails.
 @click.option("--inputs", "-i", "input_paths", multiple=True, metavar="FILE",
               help="A .npy per input (repeatable, in order), or one .npz of all inputs.")
 @click.option("--random", "random_inputs", is_flag=True,
-              help="Feed random inputs of the planned shapes (upper bounds when dynamic).")
+              help="Feed random inputs: static shapes as planned; a dynamic dim its --shape, "
+                   "else its upper bound up to 256 (at least its lower bound).")
+@click.option("--shape", "shape_options", multiple=True, metavar="NAME=SIZES",
+              help="With --random: the shape of input NAME (as `exirc inspect` names it, or "
+                   "its index), sizes joined by x, e.g. input_0=2x17 (repeatable).")
 @click.option("--seed", type=int, default=None, help="Seed for --random (default 0).")
 @click.option("--method", "method_name", default=None,
               help="Method to run (default: forward, or the only method).")
@@ -78,7 +84,8 @@ all pass and 5 if any fails.
 @click.option("--check", is_flag=True,
               help="Run the test cases bundled in the program (`exirc compile --bundle`) and "
                    "report pass or fail (exit code 5 if any fails).")
-def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, seed: int | None,
+def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
+                shape_options: tuple[str, ...], seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, profile_ops: bool,
                 plugins: tuple[str, ...], max_steps: int | None, allow_any_aten: bool,
                 max_memory: int | None, check: bool) -> None:
@@ -95,6 +102,10 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
         raise UsageError("give --inputs or --random, not both")
     if seed is not None and not random_inputs:
         raise UsageError("--seed only applies to --random")
+    if shape_options and not random_inputs:
+        raise UsageError("--shape only applies to --random",
+                         hint="inputs from files (--inputs) have their own shapes")
+    requested_shapes = parse_shape_options(shape_options)
     to_stdout = is_stdio(output)
     if to_stdout:
         refuse_terminal_stdout("the outputs' .npz")
@@ -124,7 +135,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool, se
     inputs: Sequence[Any] | dict[str, Any]
     if random_inputs:
         with _out_of_memory("making random inputs"):
-            inputs = make_random_inputs(method.inputs, 0 if seed is None else seed)
+            inputs = make_random_inputs(method, 0 if seed is None else seed, requested_shapes)
     else:
         with _out_of_memory("reading the inputs"):
             inputs = read_inputs(method, input_paths)

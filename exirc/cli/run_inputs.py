@@ -3,7 +3,7 @@ method's signature first), or made up at random (`--random`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exirc.errors import UsageError
@@ -64,16 +64,21 @@ def _numpy_dtype(dtype: torch.dtype) -> numpy.dtype[Any] | None:
         return None
 
 
-def make_random_inputs(specs: Sequence[InputSpec], seed: int) -> list[Any]:
-    """Standard-normal floats, and 0 or 1 for integers and bools (safe as indices)."""
+def make_random_inputs(method: Method, seed: int,
+                       requested: Mapping[str, tuple[int, ...]]) -> list[Any]:
+    """Standard-normal floats, and 0 or 1 for integers and bools (safe as indices),
+    of the shapes `random_shapes` picks (`requested`: --shape's, by input)."""
     import math
 
     import numpy
     import torch
 
+    from exirc.cli.random_shapes import random_shapes
     from exirc.runtime.arenas import available_memory
 
-    needed = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in specs
+    specs = method.inputs
+    shapes = random_shapes(method.name, specs, method.shapes, requested)
+    needed = sum(math.prod(shape) * spec.dtype.itemsize for spec, shape in zip(specs, shapes)
                  if spec.dtype is not None)
     available = available_memory()
     if available is not None and needed > available // 2:
@@ -81,7 +86,7 @@ def make_random_inputs(specs: Sequence[InputSpec], seed: int) -> list[Any]:
                          "the memory available", hint="give the inputs with --inputs")
     rng = numpy.random.default_rng(seed)
     values: list[Any] = []
-    for spec in specs:
+    for spec, shape in zip(specs, shapes):
         if spec.kind == "int":
             values.append(1)
         elif spec.kind == "float":
@@ -89,11 +94,11 @@ def make_random_inputs(specs: Sequence[InputSpec], seed: int) -> list[Any]:
         elif spec.kind == "bool":
             values.append(bool(rng.integers(0, 2)))
         elif spec.dtype is not None and spec.dtype.is_floating_point:
-            floats = rng.standard_normal(spec.shape, dtype=numpy.float32)
+            floats = rng.standard_normal(shape, dtype=numpy.float32)
             values.append(torch.from_numpy(floats).to(spec.dtype))
         else:
             assert spec.dtype is not None  # a tensor spec always has one
-            integers = torch.from_numpy(rng.integers(0, 2, size=spec.shape))
+            integers = torch.from_numpy(rng.integers(0, 2, size=shape))
             values.append(_as_dtype(integers, spec.dtype))
     return values
 
