@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 
 from exirc.errors import FormatError
-from exirc.runtime import list_lengths
+from exirc.runtime import fast_entries, list_lengths
 from exirc.runtime.arenas import TORCH_DTYPES, alias
 from exirc.runtime.argument_kinds import LIST_CATEGORIES, Signature, category
 from exirc.runtime.errors import ExecutionError
@@ -63,6 +63,9 @@ def bind(kernel: Kernel, args: Sequence[int], values: Values, where: str) -> Bou
         # Call the dispatcher's entry point directly: one layer fewer per call.
         assert isinstance(fn, functools.partial)
         positional, fn = list(fn.args), fn.func
+        entry = fast_entries.entry_for(kernel.name, positional[0])
+        if entry is not None:  # torch's Python binding: faster, and it fills defaults too
+            positional, fn = [], entry
     keywords: dict[str, Any] = {}
     fills: list[tuple[Any, Any, Callable[[], Any]]] = []  # (container, key, getter) per call
     resets: list[torch.Tensor] = []  # dynamic-shape outs, emptied so torch resizes them quietly
