@@ -28,8 +28,13 @@ _NN = torch._C._nn
 _ENTRIES: dict[str, tuple[Any, str]] = {
     **{f"aten::{name}.out": (_FUNCTIONS, name) for name in (
         "add", "sub", "mul", "div", "addmm", "mm", "bmm", "baddbmm", "tanh", "sigmoid",
-        "exp", "log", "neg", "abs", "sqrt", "rsqrt", "maximum", "minimum", "_softmax", "cat")},
-    "aten::gelu.out": (_NN, "gelu"),
+        "exp", "log", "neg", "abs", "sqrt", "rsqrt", "maximum", "minimum", "_softmax", "cat",
+        "cumsum", "logical_and")},
+    **{f"aten::{name}.out": (_NN, name) for name in ("gelu", "hardtanh", "leaky_relu")},
+    "aten::pow.Tensor_Scalar_out": (_FUNCTIONS, "pow"),
+    "aten::bitwise_and.Tensor_out": (_FUNCTIONS, "bitwise_and"),
+    "aten::lt.Scalar_out": (_FUNCTIONS, "lt"),
+    "aten::gt.Scalar_out": (_FUNCTIONS, "gt"),
     "aten::where.self_out": (_FUNCTIONS, "where"),
     "aten::eq.Tensor_out": (_FUNCTIONS, "eq"),
     "aten::le.Tensor_out": (_FUNCTIONS, "le"),

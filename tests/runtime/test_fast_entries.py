@@ -28,6 +28,14 @@ SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
        for name in ("mul", "div", "maximum", "minimum")},
     **{f"aten::{name}.out": (lambda: ([_t(2, 3)], {}))
        for name in ("tanh", "sigmoid", "exp", "log", "neg", "abs", "sqrt", "rsqrt")},
+    "aten::hardtanh.out": lambda: ([_t(2, 3) * 2 - 1.5, -0.5, 0.5], {}),
+    "aten::leaky_relu.out": lambda: ([_t(2, 3) - 1.0, 0.25], {}),
+    "aten::cumsum.out": lambda: ([_t(2, 3), 1], {"dtype": torch.float64}),
+    "aten::pow.Tensor_Scalar_out": lambda: ([_t(2, 3), 3], {}),
+    "aten::bitwise_and.Tensor_out": lambda: ([_t(2, 3) > 1.0, _t(2, 3) > 0.8], {}),
+    "aten::logical_and.out": lambda: ([_t(2, 3) > 1.0, _t(2, 3) > 0.8], {}),
+    "aten::lt.Scalar_out": lambda: ([_t(2, 3), 1], {}),
+    "aten::gt.Scalar_out": lambda: ([_t(2, 3), 1.25], {}),
     "aten::addmm.out": lambda: ([_t(4), _t(2, 3), _t(3, 4)], {"beta": 0.5, "alpha": 2}),
     "aten::mm.out": lambda: ([_t(2, 3), _t(3, 4)], {}),
     "aten::bmm.out": lambda: ([_t(2, 2, 3), _t(2, 3, 4)], {}),
@@ -41,6 +49,10 @@ SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
     "aten::ne.Scalar_out": lambda: ([_t(2, 3).round(), 1], {}),
     "aten::ge.Scalar_out": lambda: ([_t(2, 3), 0.75], {}),
 }
+
+
+_OUT_DTYPES = {name: torch.bool for name in ("eq", "ne", "le", "lt", "ge", "gt", "bitwise_and",
+                                             "logical_and")}
 
 
 class _Overloads(TorchDispatchMode):
@@ -73,10 +85,11 @@ def test_the_binding_runs_the_same_overload_with_the_same_result(key: str,
     positional, keywords = SAMPLES[key]()
     if defaults == "left out":
         keywords = {}
-    boxed_out, fast_out = torch.empty(0), torch.empty(0)
-    if key == "aten::eq.Tensor_out" or key.endswith("Scalar_out") or key.startswith(
-            "aten::le."):
-        boxed_out, fast_out = torch.empty(0, dtype=torch.bool), torch.empty(0, dtype=torch.bool)
+    # Comparisons write bool; a cumsum asked for float64 writes float64.
+    dtype = _OUT_DTYPES.get(key.partition("::")[2].partition(".")[0], torch.float32)
+    if key == "aten::cumsum.out" and keywords:
+        dtype = torch.float64
+    boxed_out, fast_out = torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype)
     with _Overloads() as boxed_calls:
         kernel.fn(*positional, **keywords, out=boxed_out)
     with _Overloads() as fast_calls:
