@@ -8,6 +8,7 @@ and `inspect` stay fast, and commands that need torch import it lazily.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import traceback
@@ -22,7 +23,7 @@ from exirc.cli.inspect_command import inspect_command
 from exirc.cli.passes_command import passes_command
 from exirc.cli.run_command import run_command
 from exirc.cli.style import styler
-from exirc.errors import ExircError, InternalError, ResourceError
+from exirc.errors import ExircError, InternalError, ResourceError, UsageError
 
 EPILOG = """\b
 Examples:
@@ -55,7 +56,17 @@ cli.add_command(explain_command)
 cli.add_command(passes_command)
 
 
-def report_error(error: ExircError, debug: bool) -> None:
+def report_error(error: ExircError, debug: bool, as_json: bool = False) -> None:
+    """The error on stderr (one line, hint, where to read more); with `as_json`,
+    also as a JSON error object on stdout, for programs reading --json."""
+    if as_json:
+        from exirc.cli.json_output import error_document
+
+        try:
+            sys.stdout.write(json.dumps(error_document(error), indent=2) + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass  # stdout is gone: stderr still says it
     red = styler(sys.stderr, fg="red", bold=True)
     print(f"{red('error')}[{error.code}]: {error.message}", file=sys.stderr)
     if error.hint:
@@ -90,6 +101,12 @@ def normalize_arguments(args: list[str]) -> tuple[list[str], bool]:
     return head + args[end:], debug
 
 
+def _wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for JSON (`--json` before any `--`)."""
+    end = args.index("--") if "--" in args else len(args)
+    return "--json" in args[:end]
+
+
 def _subcommand(args: list[str]) -> str:
     return next((a for a in args if not a.startswith("-")), "")
 
@@ -97,6 +114,7 @@ def _subcommand(args: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit code (never raises)."""
     args, debug = normalize_arguments(list(sys.argv[1:] if argv is None else argv))
+    as_json = _wants_json(args)
     if not debug:
         # torchao, which transformers imports when it is installed, warns on
         # stderr about its optional CUDA kernels on every import, and makes
@@ -119,12 +137,16 @@ def main(argv: list[str] | None = None) -> int:
         return done.exit_code
     except click.ClickException as error:
         error.show(file=sys.stderr)
+        if as_json:  # a bad command line, as the JSON reader sees it
+            from exirc.cli.json_output import error_document
+
+            print(json.dumps(error_document(UsageError(error.format_message())), indent=2))
         return 2
     except click.exceptions.Abort:
         print("aborted", file=sys.stderr)
         return 130
     except ExircError as error:
-        report_error(error, debug)
+        report_error(error, debug, as_json)
         return error.exit_code
     except BrokenPipeError:
         return 0  # `exirc inspect x.pte | head` is not an error
@@ -135,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
                                  hint="free memory, or give it smaller inputs or a smaller "
                                       "model; --debug shows where it happened")
         resource.__traceback__ = error.__traceback__
-        report_error(resource, debug)
+        report_error(resource, debug, as_json)
         return resource.exit_code
     except Exception as error:  # noqa: BLE001  (the last line of defence)
         internal = InternalError(f"{type(error).__name__}: {error}")
         internal.__traceback__ = error.__traceback__
-        report_error(internal, debug)
+        report_error(internal, debug, as_json)
         if not debug:
             print("  rerun with --debug to see the traceback", file=sys.stderr)
         return internal.exit_code

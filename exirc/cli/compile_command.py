@@ -40,6 +40,7 @@ Examples:
   exirc compile model.py --max-arena 256K -o model.pte   # fail if the plan needs more
   exirc compile model.py --max-memory 1.5M -o model.pte  # the same limit, run's name
   exirc compile model.py --verify -o model.pte           # fail (exit 5) if it differs from eager
+  exirc compile model.py --verify --json -o m.pte | jq .arena_bytes   # facts for programs
   exirc compile model.py --verify --verify-inputs in.npz --atol 1e-4
   exirc compile model.py --verify --bundle -o model.pte  # then: exirc run model.pte --check
   exirc compile model.py --plugin my_kernels -o m.pte    # custom ops: kernels from a module
@@ -145,6 +146,10 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
               help="Print every delegated partition (ops, source lines, weights) and every "
                    "node left on the interpreter with the reason; =json for programs.")
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what was made as JSON on stdout (format exirc.compile: output, "
+                   "file and segment sizes, arena and its lower bound, stage times, "
+                   "verification), or a JSON error object on failure.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 @click.option("-v", "--verbose", is_flag=True, help="Print more (per-method details).")
 def compile_command(model: str, output: Path | None, example_inputs: str | None, target: str,
@@ -156,7 +161,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
                     quantize: str | None, calibration_inputs: tuple[str, ...],
                     group_size: int | None, explain_delegation: str | None,
-                    time_passes: bool, quiet: bool, verbose: bool) -> None:
+                    time_passes: bool, as_json: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.pipelines import load_pipeline
 
@@ -173,10 +178,14 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     output = output or Path(model.split(":")[0]).with_suffix(".pte")
     to_stdout = is_stdio(output)
     # Before any compile work: a compile that cannot be saved is minutes wasted.
+    if as_json and explain_delegation is not None:
+        raise UsageError("--json and --explain-delegation both write to stdout",
+                         hint="give one of them")
     if to_stdout:
-        if explain_delegation is not None:
-            raise UsageError("-o - and --explain-delegation both write to stdout",
-                             hint="write the program to a file with -o FILE")
+        for flag, given in (("--explain-delegation", explain_delegation), ("--json", as_json)):
+            if given:
+                raise UsageError(f"-o - and {flag} both write to stdout",
+                                 hint="write the program to a file with -o FILE")
         refuse_terminal_stdout("the program")
     else:
         check_output_path(output, "program")
@@ -212,6 +221,11 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         click.echo(explain_text(result.delegation), nl=False)
     if time_passes and report.instrument is not None:
         click.echo(report.instrument.timing_table(), err=True)
+    if as_json:
+        from exirc.cli.json_output import compile_body, write_document
+
+        write_document("compile", compile_body(result, str(output)))
+        return
     if quiet:
         return
     stages = " | ".join(f"{name} {seconds:.2f} s" for name, seconds in

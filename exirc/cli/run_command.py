@@ -40,6 +40,7 @@ Examples:
   exirc run model.pte --random --profile             time per operator
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
   exirc run model.pte --check                        run the bundled test cases
+  exirc run model.pte --random --repeat 10 --json    outputs and latency, for programs
 
 Inputs are checked against the method's signature (count, dtype, rank,
 shape) before anything runs.
@@ -84,16 +85,21 @@ all pass and 5 if any fails.
 @click.option("--check", is_flag=True,
               help="Run the test cases bundled in the program (`exirc compile --bundle`) and "
                    "report pass or fail (exit code 5 if any fails).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the outputs (name, index, shape, dtype, min, max, mean) and with "
+                   "--repeat the latency as JSON on stdout (format exirc.run), or a JSON "
+                   "error object on failure.")
 def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
                 shape_options: tuple[str, ...], seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, profile_ops: bool,
                 plugins: tuple[str, ...], max_steps: int | None, allow_any_aten: bool,
-                max_memory: int | None, check: bool) -> None:
+                max_memory: int | None, check: bool, as_json: bool) -> None:
     """Run a method of the program file PATH and summarise its outputs."""
     if check:
         given = [flag for flag, used in (("--inputs", input_paths), ("--random", random_inputs),
                                          ("--seed", seed is not None), ("-o", output),
-                                         ("--repeat", repeat > 1), ("--profile", profile_ops))
+                                         ("--repeat", repeat > 1), ("--profile", profile_ops),
+                                         ("--json", as_json))
                  if used]
         if given:
             raise UsageError(f"--check runs the bundled inputs; it does not take "
@@ -107,6 +113,9 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
                          hint="inputs from files (--inputs) have their own shapes")
     requested_shapes = parse_shape_options(shape_options)
     to_stdout = is_stdio(output)
+    if to_stdout and as_json:
+        raise UsageError("-o - and --json both write to stdout",
+                         hint="write the outputs to a file with -o FILE.npz")
     if to_stdout:
         refuse_terminal_stdout("the outputs' .npz")
     elif output:
@@ -149,6 +158,17 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
             outputs = method.run(inputs, profile=profile)
             times.append(time.perf_counter() - start)
 
+    if output:
+        with _out_of_memory(f"writing the outputs to {output}"):
+            write_outputs(output, outputs)
+    if as_json:
+        from exirc.cli.json_output import write_document
+        from exirc.cli.run_outputs import run_body
+
+        write_document("run", run_body(path, method, outputs, times,
+                                       profile.rows() if profile is not None else None,
+                                       output))
+        return
     # With -o -, stdout carries the .npz alone; what is read goes to stderr.
     click.echo(summary(method, outputs), err=to_stdout)
     if repeat > 1:
@@ -158,9 +178,6 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
                    f"max {stats['max_ms']:.3f} ms", err=to_stdout)
     if profile is not None:
         click.echo(profile_table(profile.rows(), repeat), err=to_stdout)
-    if output:
-        with _out_of_memory(f"writing the outputs to {output}"):
-            write_outputs(output, outputs)
 
 
 @contextlib.contextmanager

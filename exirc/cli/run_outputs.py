@@ -104,3 +104,22 @@ def profile_table(rows: list[dict[str, Any]], runs: int) -> str:
     calls = sum(row["calls"] for row in rows)
     lines.append(f"  {'total':<{width}}  {calls:>7}  {total_ms:>10.3f}  {1:>6.1%}")
     return "\n".join(lines)
+
+
+def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float],
+             profile_rows: list[dict[str, Any]] | None, output: str | None) -> dict[str, Any]:
+    """What `exirc run --json` reports: the outputs' facts, and the latency of
+    several runs (--repeat) and time per operator (--profile) when measured."""
+    from exirc.cli.json_output import output_facts
+    from exirc.runtime.profile import latency_stats
+
+    body: dict[str, Any] = {
+        "program": path, "method": method.name, "inputs": len(method.inputs),
+        "outputs": [output_facts(i, value) for i, value in enumerate(outputs)],
+        "runs": len(seconds),
+        "latency_ms": latency_stats(seconds) if len(seconds) > 1 else None,
+        "outputs_file": None if output is None else ("-" if is_stdio(output) else output),
+    }
+    if profile_rows is not None:
+        body["profile"] = profile_rows
+    return body
