@@ -239,6 +239,10 @@ class MethodMemory:
         return ArenaReport(self._planned, memory_id, size, max(self.instruction_count, 1),
                            self._ranges.get(memory_id))
 
+    def site(self, position: int) -> InstructionSite | None:
+        """The instruction at `position`: its chain, index, text and source line."""
+        return instruction_site(self._planned.plan, position)
+
     def _find_overlaps(self) -> None:
         """Pairs of distinct regions that share bytes while both are live.
 

@@ -235,9 +235,10 @@ def test_cli_memory_plan_html(capsys: pytest.CaptureFixture[str], two_methods_pt
     page = html_path.read_text()
     assert page.count("<svg") == 2  # one per method (one arena each)
     assert page.count("<rect") == 4 + 5  # one per planned tensor
-    assert "<script" not in page and "http://" not in page.replace(
+    # Inline only: no external script, style or image (the page works offline).
+    assert " src=" not in page and "http://" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
-    assert "<title>%1: f32[32], 128 bytes at offset 64, live at instructions 0..1</title>" \
+    assert "<title>%1: f32[32], 128 bytes at offset 64, live at instructions 0..1\nfirst at 0: " \
         in page
     assert 'class="peak"' in page
 
