@@ -58,6 +58,9 @@ class CompileOptions:
     quantize: str | None = None
     calibration_inputs: tuple[str | Path, ...] = ()
     quantize_group_size: int | None = None
+    # Told each stage's name and seconds as it finishes (`exirc compile`'s
+    # progress lines); per method for the pipeline's stages.
+    on_stage: Callable[[str, float], None] | None = None
 
     @property
     def self_check(self) -> bool:
@@ -65,9 +68,23 @@ class CompileOptions:
         return self.verify or self.bundle
 
 
+class StageTimes(dict[str, float]):
+    """Stage name -> seconds, telling `listener` of every time recorded: the
+    pipeline runner and the self-check record theirs here, so one place sees all."""
+
+    def __init__(self, listener: Callable[[str, float], None] | None = None) -> None:
+        super().__init__()
+        self.listener = listener
+
+    def __setitem__(self, stage: str, seconds: float) -> None:
+        super().__setitem__(stage, seconds)
+        if self.listener is not None:
+            self.listener(stage, seconds)
+
+
 @dataclass
 class CompileReport:
-    stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=StageTimes)
     instructions: int = 0
     kernel_calls: int = 0
     arena_bytes: int = 0
@@ -150,7 +167,7 @@ def compile_methods(methods: dict[str, ExportedProgram],
                                  print_ir_after_change=options.print_ir_after_change,
                                  print_ir_diff=options.print_ir_diff,
                                  dump_dir=options.dump_dir)
-    report = CompileReport(instrument=instrument)
+    report = CompileReport(stage_seconds=StageTimes(options.on_stage), instrument=instrument)
     verifiers = _verifiers(pipeline.target, _registered(kernels)) \
         if options.verify_stages else {}
     planned = {}
@@ -245,11 +262,15 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
 
     exported = {name: capture(source) for name, source in sources.items()}
     capture_seconds = time.perf_counter() - started
+    if options.on_stage is not None:
+        options.on_stage("capture", capture_seconds)
     quantize_started = time.perf_counter()
     quantized = _quantize(sources, exported, options)
     if quantized is not None:  # the quantized model is what the program is verified against
         sources, exported = quantized.sources, quantized.exported
     quantize_seconds = time.perf_counter() - quantize_started
+    if quantized is not None and options.on_stage is not None:
+        options.on_stage("quantize", quantize_seconds)
     eager_started = time.perf_counter()
     references = eager_references(sources, exported, options)
     eager_seconds = time.perf_counter() - eager_started
@@ -261,7 +282,10 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
         first["quantize"] = quantize_seconds
         measure(result, quantized, kernels)
         result.quantization = quantized.report
-    result.report.stage_seconds = {**first, **result.report.stage_seconds}
+    stages = result.report.stage_seconds  # capture first; kept, with its listener
+    ordered = {**first, **stages}
+    stages.clear()
+    dict.update(stages, ordered)  # (not through __setitem__: told of already)
     if references is not None:
         result.report.stage_seconds["eager"] = eager_seconds
         install_backend_kernels()  # both run the program in-process

@@ -11,6 +11,7 @@ import click
 
 from exirc.cli.delegation_text import explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
+from exirc.cli.progress import stage_printer, wants_progress
 from exirc.cli.quantization_text import quantization_lines
 from exirc.cli.sizes import SIZE_HELP, size_option
 from exirc.cli.stdio import is_stdio, refuse_terminal_stdout, write_stdout
@@ -57,6 +58,10 @@ bfloat16 1.6e-2; NaN equals NaN). On a mismatch the compile fails with exit code
 5, writes no file, and names the first instruction whose result diverges:
 its op, graph node, source line and module. --bundle stores the inputs and
 eager outputs in the program, for `exirc run --check`.
+
+On a terminal, stderr shows each stage as it finishes (capture, edge,
+plan, emit, serialize, verify, ...) with its time; -q and --json turn this
+off; EXIRC_PROGRESS=1 or 0 turns it on or off whatever stderr is.
 
 \b
 Pass debugging (printed on stderr; the flags combine):
@@ -200,7 +205,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              verify_inputs=verify_inputs,
                              rtol=rtol, atol=atol, bundle=bundle, quantize=quantize,
                              calibration_inputs=calibration_inputs,
-                             quantize_group_size=group_size)
+                             quantize_group_size=group_size,
+                             on_stage=stage_printer() if wants_progress(
+                                 sys.stderr, quiet=quiet, as_json=as_json) else None)
     for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)
         import_plugin(plugin)
     with warnings.catch_warnings():
