@@ -3,8 +3,10 @@
 MODEL is one of:
 
   model.py          defines `model` (an nn.Module, or a zero-argument callable
-                    returning one) and `example_inputs` (a tuple, or a
-                    zero-argument callable returning one); optionally
+                    returning one) and `example_inputs` (a tuple, a dict of
+                    keyword inputs by forward's parameter names, or a
+                    zero-argument callable returning either); optionally
+                    `example_kwargs` (keyword inputs beside the tuple),
                     `dynamic_shapes` (as torch.export takes it) and `methods`,
                     a dict of extra entry points: name -> (module, inputs) or
                     (module, inputs, dynamic_shapes)

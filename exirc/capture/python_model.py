@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from exirc.capture.keyword_inputs import positional_inputs
 from exirc.capture.loaded_model import MAIN_METHOD, LoadedModel, MethodSource, Warn
 from exirc.capture.messages import describe, first_line
 from exirc.errors import ModelError, UsageError
@@ -38,6 +39,7 @@ MODEL_FILE_EXAMPLE = (
     "a model file defines, for example:\n"
     "      model = MyModel()                           # an nn.Module\n"
     "      example_inputs = (torch.randn(1, 3, 32, 32),)  # a tuple of its inputs\n"
+    "          # (or a dict by parameter name: {\"input_ids\": ids}; or example_kwargs)\n"
     "      dynamic_shapes = None                       # optional, as torch.export takes it"
 )
 
@@ -152,7 +154,10 @@ class _ModelFile:
                                   f"exirc compile {self.shown}:make")
         module = self.module(names["model"], "`model`", self.where("model"))
         inputs = self.inputs(names["example_inputs"], "`example_inputs`",
-                             self.where("example_inputs"))
+                             self.where("example_inputs"), module)
+        if "example_kwargs" in names:
+            inputs = self.keyword_inputs(module, inputs, names["example_kwargs"],
+                                         "`example_kwargs`", self.where("example_kwargs"))
         shapes = self.shapes(names.get("dynamic_shapes"), "`dynamic_shapes`",
                              self.where("dynamic_shapes"))
         self.to_eval(module, "`model`", self.where("model"), warn)
@@ -182,7 +187,7 @@ class _ModelFile:
                                  "(module, example_inputs) or (module, example_inputs, "
                                  "dynamic_shapes)")
             module = self.module(entry[0], f"{label}[0]", where)
-            inputs = self.inputs(entry[1], f"{label}[1]", where)
+            inputs = self.inputs(entry[1], f"{label}[1]", where, module)
             shapes = self.shapes(entry[2] if len(entry) == 3 else None, f"{label}[2]", where)
             self.to_eval(module, label, where, warn)
             origin = f"{self.shown} (methods[{name!r}])"
@@ -208,7 +213,7 @@ class _ModelFile:
                              f"{expected}", hint="e.g. return MyModel(), (torch.randn(1, 8),)")
         label = f"`{factory}()`"
         module = self.module(result[0], f"{label}[0]", where)
-        inputs = self.inputs(result[1], f"{label}[1]", where)
+        inputs = self.inputs(result[1], f"{label}[1]", where, module)
         shapes = self.shapes(result[2] if len(result) == 3 else None, f"{label}[2]", where)
         self.to_eval(module, f"{label}[0]", where, warn)
         origin = f"{self.shown}:{factory}"
@@ -231,7 +236,10 @@ class _ModelFile:
                              "a torch.nn.Module")
         return result
 
-    def inputs(self, value: Any, label: str, where: str) -> tuple[Any, ...]:
+    def inputs(self, value: Any, label: str, where: str,
+               module: torch.nn.Module) -> tuple[Any, ...]:
+        """A tuple of positional inputs, or a dict of keyword inputs bound to
+        `module`'s forward (see `keyword_inputs`)."""
         if callable(value) and not isinstance(value, torch.Tensor):
             self.check_no_arguments(value, label, where)
             with self.raised(f"calling {label}"):
@@ -241,15 +249,23 @@ class _ModelFile:
             label = f"{label} is"
         if isinstance(value, tuple):
             return value
+        if isinstance(value, dict):
+            return positional_inputs(module, (), value, label.removesuffix(" is"), where)
         hint = "write a tuple of the positional inputs, e.g. (x,) for one input"
         if isinstance(value, torch.Tensor):
             hint = "a single input is a one-element tuple: (x,)"
         elif isinstance(value, list):
             hint = "write it as a tuple: tuple(inputs) or (a, b)"
-        elif isinstance(value, dict):
-            hint = "keyword inputs are not supported; pass them positionally in a tuple"
         raise ModelError(f"{where}: {label} {describe(value)}, expected a tuple of example "
                          "inputs (or a zero-argument callable returning one)", hint=hint)
+
+    def keyword_inputs(self, module: torch.nn.Module, args: tuple[Any, ...], value: Any,
+                       label: str, where: str) -> tuple[Any, ...]:
+        """`example_inputs` plus `example_kwargs`, as torch.export's args and kwargs."""
+        if not isinstance(value, dict):
+            raise ModelError(f"{where}: {label} is {describe(value)}, expected a dict of "
+                             "keyword inputs", hint='e.g. {"attention_mask": mask}')
+        return positional_inputs(module, args, value, label, where)
 
     def shapes(self, value: Any, label: str, where: str) -> Any:
         if value is None or isinstance(value, (dict, tuple, list)):

@@ -173,6 +173,12 @@ class MethodEmitter:
             self.table.of_node[node] = self.table.tensor(
                 fake, data_buffer_idx=self.constants.add(tensor, name))
             return
+        if fake is None:
+            # An input the example gave as None (a keyword input left out, say):
+            # export specialised the graph on it, so it is not the program's
+            # input any more than it is a leaf of the inputs' pytree.
+            self.table.of_node[node] = self.table.add(P.Null())
+            return
         if not isinstance(fake, torch.Tensor):
             raise UnsupportedOperatorError(
                 f"input {node.name} is a {type(fake).__name__}; methods take tensors only",
