@@ -57,8 +57,8 @@ def entry_for(key: str, handle: Any) -> Callable[..., Any] | None:
     found = _ENTRIES.get(key)
     if found is None:
         return None
-    namespace, _, overload = key.partition("::")[2].partition(".")
-    op = getattr(getattr(torch.ops.aten, namespace, None), overload, None)
+    base, _, overload = key.partition("::")[2].partition(".")
+    op = getattr(getattr(torch.ops.aten, base, None), overload, None)
     if op is None or getattr(op, "_handle", None) is not handle:
         return None
     module, name = found
