@@ -63,6 +63,7 @@ class MethodEmitter:
         self.instructions: list[P.Instruction] = []
         self.frames: list[P.FrameList] = []
         self.inputs: list[int] = []
+        self.input_names: list[str] = []  # the placeholders' names: forward's parameters
         self.outputs: list[int] = []
         # The graph node each instruction comes from (for --verify and reports).
         self.instruction_nodes: list[Node] = []
@@ -186,6 +187,7 @@ class MethodEmitter:
         index = self.table.tensor(fake, allocation=self._allocation(node))
         self.table.of_node[node] = index
         self.inputs.append(index)
+        self.input_names.append(node.name)
 
     def state(self, node: Node, target: str, slot: StateSlot) -> None:
         """Program state: planned in the state arena, with its initial value and name."""

@@ -10,12 +10,13 @@ from torch.fx import Node
 from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.emit import delegates
 from exirc.emit.constants import ConstantTable
+from exirc.emit.io_names import method_io_names
 from exirc.emit.method import MethodEmitter
 from exirc.emit.shapes import method_shapes
 from exirc.ir.state import STATE_ALIGNMENT
 from exirc.plan.placement import round_up
+from exirc.serialize import io_names, symbolic_shapes
 from exirc.serialize import program as P
-from exirc.serialize import symbolic_shapes
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -41,6 +42,7 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
     program = P.Program()
     delegated: list[tuple[P.ExecutionPlan, list[LoweredDelegate]]] = []
     shapes = {}
+    names: dict[str, io_names.MethodNames] = {}
     nodes = {}
     stateful: list[P.ExecutionPlan] = []
     state_bytes = 0
@@ -53,6 +55,9 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
             state_bytes = max(state_bytes, emitter.state_bytes)
         nodes[name] = emitter.instruction_nodes
         delegated.append((plan, emitter.lowered))
+        io = method_io_names(exported, emitter.input_names, len(plan.outputs))
+        if io is not None:
+            names[name] = io
         method = method_shapes(emitter.table.symbolic_dims, exported)
         if method is not None:
             shapes[name] = method
@@ -65,4 +70,6 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
         delegates.attach(program, plan, lowered)
     if shapes:
         program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes))
+    if names:
+        program.add_named_segment(io_names.NAMED_DATA_KEY, io_names.encode(names))
     return EmittedProgram(program, nodes)

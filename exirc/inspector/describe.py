@@ -25,13 +25,19 @@ from exirc.inspector.delegates import (
 from exirc.inspector.lazy_json import Lazy
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
 from exirc.inspector.quantization import quantization_facts
-from exirc.serialize import ProgramFile, symbolic_shapes
+from exirc.serialize import ProgramFile, io_names, symbolic_shapes
 from exirc.serialize import program as P
 from exirc.serialize.bundled_cases import read_bundle
 from exirc.serialize.symbolic_shapes import MethodShapes
 
 FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1
+
+
+def program_io_names(program: P.Program) -> dict[str, io_names.MethodNames]:
+    """The input and output names exirc stores beside a program (none in other files)."""
+    data = program.named_segment(io_names.NAMED_DATA_KEY)
+    return io_names.decode(data) if data is not None else {}
 
 
 def program_shapes(program: P.Program) -> dict[str, MethodShapes]:
@@ -44,6 +50,7 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
     program = pf.program
     roles = segment_roles(program)
     shapes = program_shapes(program)
+    names = program_io_names(program)
     payloads = program_payloads(program)
     readers = weight_segments(program, payloads)
     key_users = named_key_users(payloads)
@@ -76,7 +83,8 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
         "size": size_breakdown(pf, roles, set(readers)),
         "constants": constants_summary(program),
         "methods": Lazy(len(program.execution_plan), lambda: (
-            describe_plan(program, plan, shapes.get(plan.name), by_method.get(i, []), key_users)
+            describe_plan(program, plan, shapes.get(plan.name), by_method.get(i, []), key_users,
+                          names)
             for i, plan in enumerate(program.execution_plan))),
         "bundled_cases": bundled_cases(program),
         "quantization": quantization_facts(program, payloads),
@@ -149,9 +157,12 @@ def constants_summary(program: P.Program) -> dict[str, int]:
 
 def describe_plan(program: P.Program, plan: P.ExecutionPlan,
                   shapes: MethodShapes | None = None, payloads: list[Payload] | None = None,
-                  key_users: Mapping[str, int] | None = None) -> dict[str, Any]:
+                  key_users: Mapping[str, int] | None = None,
+                  stored_names: Mapping[str, io_names.MethodNames] | None = None,
+                  ) -> dict[str, Any]:
     """One method; `payloads` are its delegates' (read here if not given),
-    `key_users` how many delegates of the program read each named weight.
+    `key_users` how many delegates of the program read each named weight,
+    `stored_names` the program's input and output names (`input_0`... without).
     Its long lists (instructions, operators, buffers...) are `Lazy`."""
     if payloads is None:
         payloads = plan_payloads(program, plan)
@@ -163,16 +174,19 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
             if isinstance(instr, P.KernelCall):
                 calls[instr.op_index] += 1
     context = ListingContext.of(plan, shapes, payloads)
+    names = io_names.method_names(stored_names or {}, plan.name, len(plan.inputs),
+                                  len(plan.outputs))
     value_kinds = Counter(type(v).__name__ for v in plan.values)
     sizes = plan.non_const_buffer_sizes
     buffers = len(sizes) - (1 if sizes and not sizes[0] else 0)  # entry 0 when it has bytes
     state_count = sum(1 for _ in _state_values(plan))
     return {
         "name": plan.name,
-        "inputs": Lazy(len(plan.inputs), lambda: (io_entry(plan, index, shapes)
-                                                  for index in plan.inputs)),
-        "outputs": Lazy(len(plan.outputs), lambda: (io_entry(plan, index, shapes)
-                                                    for index in plan.outputs)),
+        "inputs": Lazy(len(plan.inputs), lambda: (
+            io_entry(plan, index, shapes, names.input(i)) for i, index in enumerate(plan.inputs))),
+        "outputs": Lazy(len(plan.outputs), lambda: (
+            io_entry(plan, index, shapes, names.output(i))
+            for i, index in enumerate(plan.outputs))),
         "symbols": {name: {"min": r.lower, "max": r.upper}
                     for name, r in (shapes.symbols.items() if shapes else [])},
         "chains": len(plan.chains),
@@ -232,11 +246,11 @@ def state_entries(plan: P.ExecutionPlan) -> Iterator[dict[str, Any]]:
                "bytes": value.nbytes, "initial_value": bool(value.data_buffer_idx)}
 
 
-def io_entry(plan: P.ExecutionPlan, index: int,
-             shapes: MethodShapes | None = None) -> dict[str, Any]:
+def io_entry(plan: P.ExecutionPlan, index: int, shapes: MethodShapes | None = None,
+             name: str | None = None) -> dict[str, Any]:
     value = plan.values[index]
     dims = shapes.describe_dims(index) if shapes is not None else None
-    entry: dict[str, Any] = {"value": index, "kind": type(value).__name__, "type":
+    entry: dict[str, Any] = {"name": name, "value": index, "kind": type(value).__name__, "type":
                              value_type(value, dims)}
     if isinstance(value, P.Tensor):
         entry.update(

@@ -60,10 +60,19 @@ def _cut(rows: Iterable[str], count: int, indent: str) -> Iterator[str]:
 
 
 def _io(entries: Sequence[dict[str, Any]]) -> str:
-    shown = [f"%{e['value']} {e['type']}" for e in itertools.islice(entries, _MAX_IO)]
+    shown = [f"{_io_name(e, i)}%{e['value']} {e['type']}"
+             for i, e in enumerate(itertools.islice(entries, _MAX_IO))]
     if len(entries) > _MAX_IO:
         shown.append(f"... {len(entries) - _MAX_IO} more")
     return ", ".join(shown) or "none"
+
+
+def _io_name(entry: dict[str, Any], position: int) -> str:
+    """`input_ids=` for a stored name; nothing for the default `input_N`/`output_N`."""
+    name = entry.get("name")
+    if not name or name in (f"input_{position}", f"output_{position}"):
+        return ""
+    return f"{clean(name)}="
 
 
 def render_summary(info: dict[str, Any], bold: Style) -> str:

@@ -59,7 +59,9 @@ def test_summary_figures(capsys: pytest.CaptureFixture[str], add_pte: Path) -> N
     assert info["format"] == "exirc.inspect" and info["format_version"] == 1
     assert info["quantization"] == {"count": 0, "tensors": []}  # added within version 1
     (method,) = info["methods"]
-    assert method["inputs"] == [{"value": 0, "kind": "Tensor", "type": "f32[2, 3]",
+    # A hand-built file stores no names: the defaults (added within version 1).
+    assert method["inputs"] == [{"name": "input_0", "value": 0, "kind": "Tensor",
+                                 "type": "f32[2, 3]",
                                  "dtype": "f32", "shape": [2, 3], "dynamism": "static",
                                  "bytes": 24}]
     assert [o["calls"] for o in method["operators"]] == [1]
