@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TextIO, TypeVar, overload
 
 T = TypeVar("T")
 
 _INDENT = "  "
-_FLUSH_AT = 1 << 16  # characters gathered before a write
+_SHORT = 64  # a Lazy list this short is made whole when its dict is written in one go
+_FLUSH_AT = 1 << 14  # pieces of text gathered before a write
 
 
 class Lazy(Generic[T]):
@@ -93,21 +95,25 @@ def write_json(document: Any, out: TextIO) -> None:
 
 
 class _Writer:
+    """Gathers the text in `parts` and writes it every `_FLUSH_AT` pieces.
+
+    The hot loop is `container`: a document of 200,000 arenas is tens of
+    millions of pieces, so it appends to `parts` directly and encodes scalar
+    items inline rather than through a method call per piece.
+    """
+
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.parts: list[str] = []
-        self.size = 0
 
     def text(self, text: str) -> None:
         self.parts.append(text)
-        self.size += len(text)
-        if self.size >= _FLUSH_AT:
+        if len(self.parts) >= _FLUSH_AT:
             self.flush()
 
     def flush(self) -> None:
         self.out.write("".join(self.parts))
         self.parts.clear()
-        self.size = 0
 
     def value(self, value: Any, level: int) -> None:
         """Dicts, Lazy lists and lists of dicts are walked (they may hold Lazy
@@ -116,10 +122,16 @@ class _Writer:
         if scalar is not None:
             self.text(scalar)
         elif isinstance(value, Mapping):
-            self.container("{", "}", value.items(), level, keyed=True)
+            flat = _flat_mapping(value, level)
+            if flat is not None:
+                self.text(flat)
+            else:
+                self.container("{", "}", value.items(), level, keyed=True)
         elif isinstance(value, Lazy) or (isinstance(value, (list, tuple)) and any(
                 isinstance(item, (Mapping, Lazy)) for item in value)):
             self.container("[", "]", iter(value), level, keyed=False)
+        elif (text := _scalar_list(value, level)) is not None:
+            self.text(text)
         else:
             text = json.dumps(value, indent=2)
             self.text(text.replace("\n", "\n" + _INDENT * level) if level else text)
@@ -128,13 +140,20 @@ class _Writer:
                   keyed: bool) -> None:
         inner = "\n" + _INDENT * (level + 1)
         separator = opening + inner
+        parts = self.parts
         for item in items:
-            self.text(separator)
+            parts.append(separator)
             separator = "," + inner
             if keyed:
                 key, item = item
-                self.text(_string(_key(key)) + ": ")
-            self.value(item, level + 1)
+                parts.append((_string(key) if type(key) is str else _string(_key(key))) + ": ")
+            scalar = _scalar(item)
+            if scalar is not None:
+                parts.append(scalar)
+            else:
+                self.value(item, level + 1)
+            if len(parts) >= _FLUSH_AT:
+                self.flush()
         if separator.startswith(opening):  # nothing written: `{}` or `[]`
             self.text(opening + closing)
         else:
@@ -142,6 +161,45 @@ class _Writer:
 
 
 _string = json.encoder.encode_basestring_ascii
+
+
+def _scalar_list(value: Any, level: int) -> str | None:
+    """The text of a list or tuple of scalars (`json`'s pure-Python indented
+    encoder is most of the cost of a long document); None for anything else."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    if not value:
+        return "[]"
+    pieces = []
+    for item in value:
+        text = _scalar(item)
+        if text is None:
+            return None
+        pieces.append(text)
+    inner = "\n" + _INDENT * (level + 1)
+    return "[" + inner + ("," + inner).join(pieces) + "\n" + _INDENT * level + "]"
+
+
+def _flat_mapping(value: Mapping[Any, Any], level: int) -> str | None:
+    """The text of a non-empty dict whose values are all scalars or empty
+    containers, in one join; None for any other (the writer walks it)."""
+    pieces = []
+    for key, item in value.items():
+        text = _scalar(item)
+        if text is None:
+            if isinstance(item, (list, tuple)):
+                text = _scalar_list(item, level + 1)
+            elif isinstance(item, Lazy) and len(item) <= _SHORT:
+                text = _scalar_list(list(item), level + 1)
+            elif isinstance(item, Mapping) and not item:
+                text = "{}"
+            if text is None:
+                return None
+        pieces.append((_string(key) if type(key) is str else _string(_key(key))) + ": " + text)
+    if not pieces:
+        return None
+    inner = "\n" + _INDENT * (level + 1)
+    return "{" + inner + ("," + inner).join(pieces) + "\n" + _INDENT * level + "}"
 
 
 def _scalar(value: Any) -> str | None:
@@ -158,7 +216,7 @@ def _scalar(value: Any) -> str | None:
     if kind is bool:
         return "true" if value else "false"
     if kind is float:
-        return json.dumps(value)
+        return float.__repr__(value) if math.isfinite(value) else json.dumps(value)
     return None
 
 
