@@ -14,20 +14,8 @@ import numpy
 import pytest
 
 from exirc.serialize.writer import serialize
+from tests.cli.tiny_model import TINY_MODEL
 from tests.programs import add_constant_program
-
-TINY_MODEL = """\
-import torch
-
-
-class Double(torch.nn.Module):
-    def forward(self, x):
-        return x * 2 + 1
-
-
-model = Double().eval()
-example_inputs = (torch.ones(2, 3),)
-"""
 
 
 def exirc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

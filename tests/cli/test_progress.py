@@ -13,19 +13,7 @@ from pathlib import Path
 import pytest
 
 from exirc.cli.progress import stage_printer, wants_progress
-
-TINY_MODEL = """\
-import torch
-
-
-class Double(torch.nn.Module):
-    def forward(self, x):
-        return x * 2 + 1
-
-
-model = Double().eval()
-example_inputs = (torch.ones(2, 3),)
-"""
+from tests.cli.tiny_model import TINY_MODEL
 
 
 def compile_on_terminal(directory: Path, *flags: str) -> tuple[int, str]:
