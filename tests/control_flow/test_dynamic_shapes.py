@@ -119,7 +119,7 @@ def test_inspect_names_dynamic_dims_by_symbol(tmp_path: Path,
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     inputs_line = next(line for line in out.splitlines() if line.strip().startswith("inputs:"))
-    assert inputs_line.endswith(" f32[s0<=64, 8], %3 f32[2*s0<=128, 8]"), inputs_line
+    assert inputs_line.endswith(" f32[s0<=64, 8], y=%3 f32[2*s0<=128, 8]"), inputs_line
     assert main(["inspect", str(path), "--json"]) == 0
     method = json.loads(capsys.readouterr().out)["methods"][0]
     assert method["symbols"] == {"s0": {"min": 1, "max": 64}}
