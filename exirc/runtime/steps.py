@@ -48,12 +48,18 @@ class Prepared(NamedTuple):
 
 @dataclass(frozen=True)
 class Site:
-    """Where an instruction is, for messages: its chain, index, what it runs, its source."""
+    """Where an instruction is, for messages: its chain, index, what it runs, its source.
+
+    `module` is the model's submodule the instruction came from, as
+    `model.get_submodule` names it (`encoder.layers.1.linear`); empty when the
+    program kept none.
+    """
 
     chain: int
     index: int
     label: str
     source: str
+    module: str = ""
 
 
 def site_of(plan: P.ExecutionPlan, chain: int, index: int) -> Site:
