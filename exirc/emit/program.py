@@ -12,10 +12,11 @@ from exirc.emit import delegates
 from exirc.emit.constants import ConstantTable
 from exirc.emit.io_names import method_io_names
 from exirc.emit.method import MethodEmitter
+from exirc.emit.module_paths import instruction_module_paths
 from exirc.emit.shapes import method_shapes
 from exirc.ir.state import STATE_ALIGNMENT
 from exirc.plan.placement import round_up
-from exirc.serialize import io_names, symbolic_shapes
+from exirc.serialize import io_names, module_paths, symbolic_shapes
 from exirc.serialize import program as P
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
     shapes = {}
     names: dict[str, io_names.MethodNames] = {}
     nodes = {}
+    modules: dict[str, list[list[str]]] = {}
     stateful: list[P.ExecutionPlan] = []
     state_bytes = 0
     for name, exported in methods.items():
@@ -55,6 +57,9 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
             state_bytes = max(state_bytes, emitter.state_bytes)
         nodes[name] = emitter.instruction_nodes
         delegated.append((plan, emitter.lowered))
+        paths = instruction_module_paths(emitter.instruction_nodes)  # chain 0's: the only one
+        if paths is not None:
+            modules[name] = [paths]
         io = method_io_names(exported, emitter.input_names, len(plan.outputs))
         if io is not None:
             names[name] = io
@@ -72,4 +77,6 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
         program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes))
     if names:
         program.add_named_segment(io_names.NAMED_DATA_KEY, io_names.encode(names))
+    if modules:
+        program.add_named_segment(module_paths.NAMED_DATA_KEY, module_paths.encode(modules))
     return EmittedProgram(program, nodes)

@@ -28,6 +28,7 @@ from exirc.inspector.quantization import quantization_facts
 from exirc.serialize import ProgramFile, io_names, symbolic_shapes
 from exirc.serialize import program as P
 from exirc.serialize.bundled_cases import read_bundle
+from exirc.serialize.module_paths import ModulePaths, stored_module_paths
 from exirc.serialize.symbolic_shapes import MethodShapes
 
 FORMAT_NAME = "exirc.inspect"
@@ -51,6 +52,7 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
     roles = segment_roles(program)
     shapes = program_shapes(program)
     names = program_io_names(program)
+    modules = stored_module_paths(program)
     payloads = program_payloads(program)
     readers = weight_segments(program, payloads)
     key_users = named_key_users(payloads)
@@ -84,7 +86,7 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
         "constants": constants_summary(program),
         "methods": Lazy(len(program.execution_plan), lambda: (
             describe_plan(program, plan, shapes.get(plan.name), by_method.get(i, []), key_users,
-                          names)
+                          names, modules)
             for i, plan in enumerate(program.execution_plan))),
         "bundled_cases": bundled_cases(program),
         "quantization": quantization_facts(program, payloads),
@@ -159,10 +161,11 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
                   shapes: MethodShapes | None = None, payloads: list[Payload] | None = None,
                   key_users: Mapping[str, int] | None = None,
                   stored_names: Mapping[str, io_names.MethodNames] | None = None,
-                  ) -> dict[str, Any]:
+                  stored_modules: ModulePaths | None = None) -> dict[str, Any]:
     """One method; `payloads` are its delegates' (read here if not given),
     `key_users` how many delegates of the program read each named weight,
-    `stored_names` the program's input and output names (`input_0`... without).
+    `stored_names` the program's input and output names (`input_0`... without),
+    `stored_modules` the submodule each instruction came from (none without).
     Its long lists (instructions, operators, buffers...) are `Lazy`."""
     if payloads is None:
         payloads = plan_payloads(program, plan)
@@ -176,6 +179,7 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
     context = ListingContext.of(plan, shapes, payloads)
     names = io_names.method_names(stored_names or {}, plan.name, len(plan.inputs),
                                   len(plan.outputs))
+    modules = stored_modules.of_plan(plan) if stored_modules is not None else None
     value_kinds = Counter(type(v).__name__ for v in plan.values)
     sizes = plan.non_const_buffer_sizes
     buffers = len(sizes) - (1 if sizes and not sizes[0] else 0)  # entry 0 when it has bytes
@@ -206,11 +210,12 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
         "delegates": Lazy(len(payloads), lambda: (describe_delegate(program, p, key_users)
                                                   for p in payloads)),
         "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
-        "instructions": Lazy(instruction_count, lambda: _instructions(plan, context)),
+        "instructions": Lazy(instruction_count, lambda: _instructions(plan, context, modules)),
     }
 
 
-def _instructions(plan: P.ExecutionPlan, context: ListingContext) -> Iterator[dict[str, Any]]:
+def _instructions(plan: P.ExecutionPlan, context: ListingContext,
+                  modules: list[list[str]] | None) -> Iterator[dict[str, Any]]:
     for c, chain in enumerate(plan.chains):
         for i, instr in enumerate(chain.instructions):
             frames = chain.stacktrace[i].items if chain.stacktrace else []
@@ -220,6 +225,8 @@ def _instructions(plan: P.ExecutionPlan, context: ListingContext) -> Iterator[di
                 "kind": type(instr).__name__,
                 "text": instruction_text(plan, instr, context),
                 "source": source_of(frames),
+                # The submodule it came from (`encoder.layers.1.linear`); None if unknown.
+                "module": (modules[c][i] or None) if modules is not None else None,
                 **{f.name: getattr(instr, f.name) for f in dataclasses.fields(instr)},
             }
 

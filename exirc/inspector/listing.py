@@ -253,8 +253,10 @@ def source_of(frames: list[P.Frame]) -> dict[str, Any] | None:
 
 def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None,
                   payloads: Sequence[Payload] = (),
-                  notes: Mapping[tuple[int, int], str] | None = None) -> Iterator[str]:
-    """`notes`: (chain, index) -> text shown after a call, in braces."""
+                  notes: Mapping[tuple[int, int], str] | None = None,
+                  modules: Sequence[Sequence[str]] | None = None) -> Iterator[str]:
+    """`notes`: (chain, index) -> text shown after a call, in braces; `modules`:
+    per chain, the submodule each instruction came from, shown after its source."""
     context = ListingContext.of(plan, shapes, payloads)
     width = len(str(max((len(c.instructions) for c in plan.chains), default=1)))
     for c, chain in enumerate(plan.chains):
@@ -270,8 +272,13 @@ def listing_lines(plan: P.ExecutionPlan, shapes: MethodShapes | None = None,
             if notes and (c, i) in notes:
                 text += f" {{{notes[c, i]}}}"
             source = source_of(chain.stacktrace[i].items) if chain.stacktrace else None
+            module = modules[c][i] if modules is not None else ""
             if source and source["file"]:
                 text += f"    # {source['file']}:{source['line']}"
+                if module:
+                    text += f" [{module}]"
+            elif module:
+                text += f"    # [{module}]"
             yield text
 
 

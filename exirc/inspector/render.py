@@ -14,6 +14,7 @@ from typing import Any
 from exirc.inspector.delegates import counts_text, plan_payloads
 from exirc.inspector.listing import listing_lines
 from exirc.inspector.quantization import call_notes, scheme_counts
+from exirc.serialize.module_paths import stored_module_paths
 from exirc.serialize.program import ExecutionPlan, Program
 from exirc.serialize.symbolic_shapes import MethodShapes
 
@@ -233,6 +234,7 @@ def instruction_lines(plans: list[ExecutionPlan], bold: Style,
                       shapes: Mapping[str, MethodShapes] | None = None,
                       program: Program | None = None) -> Iterator[str]:
     """`render_instructions`, a line at a time."""
+    stored = stored_module_paths(program) if program is not None else None
     for i, plan in enumerate(plans):
         if i:
             yield ""
@@ -241,4 +243,6 @@ def instruction_lines(plans: list[ExecutionPlan], bold: Style,
         payloads = plan_payloads(program, plan) if program is not None else []
         # Quantized calls whose scales are tensors say what the tensors hold.
         notes = call_notes(program, plan) if program is not None else None
-        yield from (clean(line) for line in listing_lines(plan, method_shapes, payloads, notes))
+        modules = stored.of_plan(plan) if stored is not None else None
+        yield from (clean(line) for line in listing_lines(plan, method_shapes, payloads, notes,
+                                                          modules))

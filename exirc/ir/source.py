@@ -23,6 +23,10 @@ from typing import Any
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<name>.+))?')
 _LIBRARY = ("/torch/", "/transformers/", "/site-packages/", "/dist-packages/")
+_SELF = re.compile(r"^(?:L\['self'\]|L__self__|self)(?:\.|$)")
+_INDEX = re.compile(r"\[(?:'([^']*)'|(\d+))\]")
+_INSTALLED = ("/site-packages/", "/dist-packages/")
+_TORCH = ("/torch/", "/functorch/")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,18 @@ def display_path(path: str) -> str:
     except ValueError:  # another drive on Windows
         return path
     return absolute if relative.startswith("..") else relative
+
+
+def short_library_path(path: str) -> str:
+    """An installed package's file from its package on
+    (`transformers/models/gpt2/modeling_gpt2.py`, not `/home/.../site-packages/...`);
+    any other path as `display_path` shows it."""
+    unix = path.replace(os.sep, "/")
+    for installed in _INSTALLED:
+        at = unix.rfind(installed)
+        if at >= 0 and at + len(installed) < len(unix):
+            return unix[at + len(installed):]
+    return display_path(path)
 
 
 def parse_stack_trace(stack_trace: str) -> list[SourceFrame]:
@@ -84,6 +100,12 @@ def is_library(frame: SourceFrame) -> bool:
     return any(library in frame.file.replace(os.sep, "/") for library in _LIBRARY)
 
 
+def is_torch(frame: SourceFrame) -> bool:
+    """Whether a frame is inside torch itself (its modules' `forward`s, tracing
+    machinery): lines that say nothing about which model computed what."""
+    return any(part in frame.file.replace(os.sep, "/") for part in _TORCH)
+
+
 def user_frame(frames: Sequence[SourceFrame]) -> SourceFrame | None:
     """The innermost frame of user code; a library frame if there is no other."""
     real = [f for f in frames if not is_synthetic(f)]
@@ -108,8 +130,32 @@ def source_location(node: Any) -> str | None:
     return str(frame) if frame is not None else None
 
 
+def module_path(node: Any) -> str:
+    """The submodule a node was traced in, as `model.get_submodule` names it
+    (`encoder.layers.1.linear`); "" for the model itself or when unknown.
+
+    torch.export records the enclosing modules in `meta["nn_module_stack"]`,
+    outermost first; the innermost is the one. Older tracers spelled the
+    path as code (`L['self'].layers[1].linear`): that is rewritten the same way.
+    """
+    stack = getattr(node, "meta", {}).get("nn_module_stack")
+    if not stack:
+        return ""
+    entry = list(stack.values())[-1]
+    path = entry[0] if isinstance(entry, tuple) and entry else ""
+    return normal_module_path(path) if isinstance(path, str) else ""
+
+
+def normal_module_path(path: str) -> str:
+    """`L['self'].layers[1]['q']` -> `layers.1.q`: dotted, relative to the model."""
+    path = _SELF.sub("", path.strip())
+    return _INDEX.sub(lambda m: "." + (m[1] if m[1] is not None else m[2]), path).strip(".")
+
+
 def describe_node(node: Any) -> str:
-    """`node %addmm (aten.addmm.default) at model.py:12: ...` for messages."""
+    """`node %addmm (aten.addmm.default) at model.py:12: ... [module encoder.fc]` for messages."""
     where = source_location(node)
     text = f"node %{node.name} ({node.target})"
-    return f"{text} at {where}" if where else text
+    text = f"{text} at {where}" if where else text
+    module = module_path(node)
+    return f"{text} [module {module}]" if module else text
