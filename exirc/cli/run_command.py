@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,8 @@ import click
 from exirc.cli.plugins import import_plugin
 from exirc.cli.random_shapes import parse_shape_options
 from exirc.cli.run_inputs import make_random_inputs, read_inputs
-from exirc.cli.run_outputs import profile_table, summary, write_outputs
+from exirc.cli.run_outputs import summary, timing_text, write_outputs
+from exirc.cli.run_timing import default_warmup, threads_option, timed_runs, torch_threads
 from exirc.cli.sizes import SIZE_HELP, size_option
 from exirc.cli.stdio import is_stdio, refuse_terminal_stdout
 from exirc.errors import ResourceError, UsageError, VerificationError
@@ -27,6 +27,8 @@ from exirc.serialize.mapped_file import refuse_special_file
 
 if TYPE_CHECKING:
     from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.method import Method
+    from exirc.runtime.profile import Profile
 
 EPILOG = """\b
 Examples:
@@ -35,15 +37,30 @@ Examples:
   exirc run model.pte --inputs inputs.npz            keys: input names (input_0, ...)
   exirc run model.pte --random --seed 1 -o out.npz   random inputs; outputs to a .npz
   exirc run model.pte --random -o - > out.npz        the .npz on stdout (summary on stderr)
-  exirc run model.pte --random --repeat 100          latency: min, median, p90, max
+  exirc run model.pte --random --repeat 100          latency: mean, std, min, median, ...
+  exirc run model.pte --random --repeat 100 --threads 2   on 2 threads (default 1)
   exirc run model.pte --random --shape input_0=2x17  a dynamic input at this shape
-  exirc run model.pte --random --profile             time per operator
+  exirc run model.pte --random --profile             time per operator and instruction
+  exirc run model.pte --random --trace trace.json    a timeline for ui.perfetto.dev
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
   exirc run model.pte --check                        run the bundled test cases
   exirc run model.pte --random --repeat 10 --json    outputs and latency, for programs
 
 Inputs are checked against the method's signature (count, dtype, rank,
 shape) before anything runs.
+
+--repeat runs the method N times after --warmup runs that are not counted
+(default: none for one run, else a tenth of N, from 1 to 10) and prints the
+mean, std, min, median, p90 and max. Runs use one thread unless --threads
+says otherwise: torch's threads make large models faster on an idle machine,
+but on a busy one wait for each other at every operator (100x slower for a
+small LSTM), so one thread gives the steadiest figures.
+
+--profile times each instruction: a table per operator, and the slowest
+instructions with the source line (and module) they came from. --trace FILE
+(implies --profile) also writes every instruction of every measured run as
+a slice of a Chrome trace (JSON: chrome://tracing, ui.perfetto.dev), up to
+200,000 slices (whole runs, at least the first).
 
 --check runs the test cases `exirc compile --bundle` stored in the program
 (every method's, or --method's) and compares each output with the expected
@@ -70,7 +87,19 @@ all pass and 5 if any fails.
                    "a terminal), which moves the summary to stderr.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run N times and print latency statistics.")
-@click.option("--profile", "profile_ops", is_flag=True, help="Print the time spent per operator.")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Runs before the measured ones, not counted (default: 0 for one run, "
+                   "else repeat/10 from 1 to 10).")
+@click.option("--threads", type=int, default=None, callback=threads_option, metavar="N",
+              help="torch's intra-op threads for the runs (default 1: the steadiest latency; "
+                   "more help large models on an idle machine).")
+@click.option("--profile", "profile_ops", is_flag=True,
+              help="Print the time spent per operator and the slowest instructions.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=str),
+              default=None, metavar="FILE",
+              help="Write a Chrome trace (JSON) of the measured runs, a slice per "
+                   "instruction run, for chrome://tracing or ui.perfetto.dev (implies "
+                   "--profile).")
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
               help="Import a module (name or .py path) that registers kernels or backends.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None,
@@ -91,7 +120,8 @@ all pass and 5 if any fails.
                    "error object on failure.")
 def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
                 shape_options: tuple[str, ...], seed: int | None,
-                method_name: str | None, output: str | None, repeat: int, profile_ops: bool,
+                method_name: str | None, output: str | None, repeat: int, warmup: int | None,
+                threads: int, profile_ops: bool, trace_path: str | None,
                 plugins: tuple[str, ...], max_steps: int | None, allow_any_aten: bool,
                 max_memory: int | None, check: bool, as_json: bool) -> None:
     """Run a method of the program file PATH and summarise its outputs."""
@@ -99,7 +129,8 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
         given = [flag for flag, used in (("--inputs", input_paths), ("--random", random_inputs),
                                          ("--seed", seed is not None), ("-o", output),
                                          ("--repeat", repeat > 1), ("--profile", profile_ops),
-                                         ("--json", as_json))
+                                         ("--warmup", warmup is not None),
+                                         ("--trace", trace_path), ("--json", as_json))
                  if used]
         if given:
             raise UsageError(f"--check runs the bundled inputs; it does not take "
@@ -120,6 +151,9 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
         refuse_terminal_stdout("the outputs' .npz")
     elif output:
         check_output_path(output, "outputs file")  # before a run that may take minutes
+    if trace_path is not None:
+        _check_trace_path(trace_path, path, None if to_stdout else output)
+        profile_ops = True
     for plugin in plugins:
         if plugin.endswith(".py") or os.sep in plugin:
             refuse_special_file(plugin, "plugin file")
@@ -131,13 +165,12 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
 
     from exirc.runtime import Profile, load
     from exirc.runtime.method import DEFAULT_MAX_STEPS
-    from exirc.runtime.profile import latency_stats
 
     with _out_of_memory(f"loading the program {path}"):
         program = load(path, max_memory=max_memory,
                        max_steps=max_steps or DEFAULT_MAX_STEPS, allow_any_aten=allow_any_aten)
     if check:
-        with _out_of_memory("running the bundled test cases"):
+        with _out_of_memory("running the bundled test cases"), torch_threads(threads):
             _check_bundled(program, method_name)
         return
     method = program.method(_method_name(program, method_name))
@@ -149,35 +182,62 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
         with _out_of_memory("reading the inputs"):
             inputs = read_inputs(method, input_paths)
 
-    profile = Profile() if profile_ops else None
-    times = []
-    outputs: list[Any] = []
-    with _out_of_memory(f"running method {method.name!r}"):
-        for _ in range(repeat):
-            start = time.perf_counter()
-            outputs = method.run(inputs, profile=profile)
-            times.append(time.perf_counter() - start)
+    profile = Profile(timeline=trace_path is not None) if profile_ops else None
+    warmup = default_warmup(repeat) if warmup is None else warmup
+    with _out_of_memory(f"running method {method.name!r}"), torch_threads(threads):
+        runs = timed_runs(method, inputs, repeat, warmup, profile)
 
     if output:
         with _out_of_memory(f"writing the outputs to {output}"):
-            write_outputs(output, outputs)
+            write_outputs(output, runs.outputs)
+    if trace_path is not None and profile is not None:
+        _write_trace(trace_path, profile, runs.on_timeline, path, method,
+                     {"runs": repeat, "warmup_runs": warmup, "threads": threads})
     if as_json:
         from exirc.cli.json_output import write_document
         from exirc.cli.run_outputs import run_body
 
-        write_document("run", run_body(path, method, outputs, times,
-                                       profile.rows() if profile is not None else None,
-                                       output))
+        write_document("run", run_body(path, method, runs.outputs, runs.seconds, profile,
+                                       output, warmup=warmup, threads=threads,
+                                       trace=trace_path))
         return
     # With -o -, stdout carries the .npz alone; what is read goes to stderr.
-    click.echo(summary(method, outputs), err=to_stdout)
-    if repeat > 1:
-        stats = latency_stats(times)
-        click.echo(f"latency over {repeat} runs: min {stats['min_ms']:.3f} ms, median "
-                   f"{stats['median_ms']:.3f} ms, p90 {stats['p90_ms']:.3f} ms, "
-                   f"max {stats['max_ms']:.3f} ms", err=to_stdout)
-    if profile is not None:
-        click.echo(profile_table(profile.rows(), repeat), err=to_stdout)
+    click.echo(summary(method, runs.outputs), err=to_stdout)
+    timing = timing_text(runs.seconds, warmup, threads, profile)
+    if timing:
+        click.echo(timing, err=to_stdout)
+
+
+def _check_trace_path(trace: str, program: str, output: str | None) -> None:
+    """Refuse, before any run, a trace that cannot be written or would replace
+    the program or the outputs file."""
+    check_output_path(trace, "trace file")
+    for other, what in ((program, "the program"), (output, "the outputs file (-o)")):
+        if other is not None and os.path.realpath(other) == os.path.realpath(trace):
+            raise UsageError(f"--trace {trace} would overwrite {what}",
+                             hint="write the trace to a file of its own, e.g. trace.json")
+
+
+def _write_trace(trace: str, profile: Profile, runs: list[tuple[float, float]], path: str,
+                 method: Method, about: dict[str, Any]) -> None:
+    """Write the Chrome trace atomically, and say on stderr what it holds."""
+    from exirc.runtime.trace import write_chrome_trace
+    from exirc.serialize.files import write_atomically
+
+    slices = [0]
+
+    def write(file: Any) -> None:
+        slices[0] = write_chrome_trace(
+            file, profile, runs, {"process": f"exirc run {os.path.basename(path)}",
+                                  "thread": f"method {method.name}"},
+            {"program": path, "method": method.name, "runs_traced": len(runs), **about})
+
+    with _out_of_memory(f"writing the trace to {trace}"):
+        write_atomically(trace, write)
+    kept = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+    if len(runs) < about["runs"]:
+        kept = f"the first {kept} of {about['runs']} (a trace keeps about 200,000 slices)"
+    click.echo(f"wrote a trace of {kept}, {slices[0]} instruction slices, to {trace}", err=True)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """`exirc run`'s outputs: the summary it prints, the .npz it writes (`-o`),
-and the per-operator profile table."""
+the latency statistics, the profile's tables, and the `--json` document."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import numpy
 
     from exirc.runtime.method import Method
+    from exirc.runtime.profile import Profile
 
 _SUMMARY_VALUES = 6  # the first values of each output the summary shows
 
@@ -93,9 +94,40 @@ def _to_numpy(value: Any) -> numpy.ndarray[Any, Any] | None:
     return None
 
 
-def profile_table(rows: list[dict[str, Any]], runs: int) -> str:
+SLOWEST_SHOWN = 10  # instructions in --profile's table of the slowest
+
+
+def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profile | None) -> str:
+    """What the text output says of the runs' times: the latency statistics of
+    several runs, and with a profile its tables ("" for one plain run)."""
+    parts = []
+    if len(seconds) > 1:
+        parts.append(latency_text(seconds, warmup, threads, profile is not None))
+    if profile is not None:
+        parts.append(profile_table(profile.rows(), len(seconds), threads))
+        ran = profile.instruction_rows()
+        if ran:
+            parts.append(slowest_table(profile.slowest(SLOWEST_SHOWN), len(ran)))
+    return "\n".join(parts)
+
+
+def latency_text(seconds: list[float], warmup: int, threads: int, profiled: bool) -> str:
+    """`--repeat`'s statistics: how many runs, after how many warm-up runs, on how
+    many threads, then mean, std, min, median, p90 and max."""
+    from exirc.runtime.profile import latency_stats
+
+    stats = latency_stats(seconds)
+    runs = f"{len(seconds)}{' profiled' if profiled else ''} run{_s(len(seconds))}"
+    figures = "  ".join(f"{key.removesuffix('_ms')} {value:.3f} ms"
+                        for key, value in stats.items())
+    return (f"latency over {runs}, after {warmup} warm-up run{_s(warmup)}, on {threads} "
+            f"thread{_s(threads)}:\n  {figures}")
+
+
+def profile_table(rows: list[dict[str, Any]], runs: int, threads: int = 1) -> str:
+    """The time per operator (`Profile.rows`), slowest first, with a total."""
     width = max([len("op"), *(len(row["op"]) for row in rows)])
-    lines = [f"time per operator over {runs} run{'s' if runs != 1 else ''}:",
+    lines = [f"time per operator over {runs} run{_s(runs)} on {threads} thread{_s(threads)}:",
              f"  {'op':<{width}}  {'calls':>7}  {'total ms':>10}  {'share':>6}"]
     for row in rows:
         lines.append(f"  {row['op']:<{width}}  {row['calls']:>7}  {row['total_ms']:>10.3f}  "
@@ -106,20 +138,50 @@ def profile_table(rows: list[dict[str, Any]], runs: int) -> str:
     return "\n".join(lines)
 
 
+def slowest_table(rows: list[dict[str, Any]], ran: int) -> str:
+    """The slowest instructions (`Profile.slowest`) of the `ran` that ran: where
+    each is (chain:index), its op, calls, total ms, share, module and source line."""
+    shown = [(f"{row['chain']}:{row['index']}", row) for row in rows]
+    at_width = max([len("chain:instr"), *(len(at) for at, _ in shown)])
+    op_width = max([len("op"), *(len(row["op"]) for row in rows)])
+    modules = any(row["module"] for row in rows)
+    module_width = max([len("module"), *(len(row["module"]) for row in rows)])
+    module_head = f"  {'module':<{module_width}}" if modules else ""
+    lines = [f"slowest instructions (of {ran} that ran):",
+             f"  {'chain:instr':<{at_width}}  {'op':<{op_width}}  {'calls':>7}  "
+             f"{'total ms':>10}  {'share':>6}{module_head}  source"]
+    for at, row in shown:
+        module = f"  {row['module'] or '-':<{module_width}}" if modules else ""
+        lines.append(f"  {at:<{at_width}}  {row['op']:<{op_width}}  {row['calls']:>7}  "
+                     f"{row['total_ms']:>10.3f}  {row['share']:>6.1%}{module}  "
+                     f"{row['source'] or '(not recorded)'}")
+    return "\n".join(lines)
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
 def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float],
-             profile_rows: list[dict[str, Any]] | None, output: str | None) -> dict[str, Any]:
-    """What `exirc run --json` reports: the outputs' facts, and the latency of
-    several runs (--repeat) and time per operator (--profile) when measured."""
+             profile: Profile | None, output: str | None, *, warmup: int = 0,
+             threads: int = 1, trace: str | None = None) -> dict[str, Any]:
+    """What `exirc run --json` reports: the outputs' facts, the runs (measured,
+    warm-up, threads), the latency statistics of several runs (--repeat), and
+    with --profile the time per operator (`profile`) and per instruction that
+    ran (`instructions`, in program order)."""
     from exirc.cli.json_output import output_facts
     from exirc.runtime.profile import latency_stats
 
     body: dict[str, Any] = {
         "program": path, "method": method.name, "inputs": len(method.inputs),
         "outputs": [output_facts(i, value) for i, value in enumerate(outputs)],
-        "runs": len(seconds),
+        "runs": len(seconds), "warmup_runs": warmup, "threads": threads,
         "latency_ms": latency_stats(seconds) if len(seconds) > 1 else None,
         "outputs_file": None if output is None else ("-" if is_stdio(output) else output),
     }
-    if profile_rows is not None:
-        body["profile"] = profile_rows
+    if profile is not None:
+        body["profile"] = profile.rows()
+        body["instructions"] = profile.instruction_rows()
+    if trace is not None:
+        body["trace_file"] = trace
     return body

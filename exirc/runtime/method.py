@@ -358,7 +358,7 @@ class Method:
 
     def _profiled_chains(self, profile: Profile) -> list[list[Step]]:
         if self._profiled is None or self._profiled[0] is not profile:
-            wrapped = [profile.wrap(steps, [site.label for site in sites])
+            wrapped = [profile.wrap(steps, sites)
                        for steps, sites in zip(self._chains, self._sites)]
             self._profiled = (profile, wrapped)
         return self._profiled[1]

@@ -136,8 +136,10 @@ def test_repeat_prints_latency_statistics(capsys: pytest.CaptureFixture[str],
                                           add_pte: Path) -> None:
     code, out, _ = run(capsys, str(add_pte), "--random", "--repeat", "5")
     assert code == 0
-    assert re.search(r"^latency over 5 runs: min \d+\.\d{3} ms, median \d+\.\d{3} ms, "
-                     r"p90 \d+\.\d{3} ms, max \d+\.\d{3} ms$", out, re.MULTILINE), out
+    assert re.search(r"^latency over 5 runs, after 1 warm-up run, on 1 thread:\n"
+                     r"  mean \d+\.\d{3} ms  std \d+\.\d{3} ms  min \d+\.\d{3} ms  "
+                     r"median \d+\.\d{3} ms  p90 \d+\.\d{3} ms  max \d+\.\d{3} ms$",
+                     out, re.MULTILINE), out
 
 
 def test_profile_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -150,7 +152,7 @@ def test_profile_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
     code, out, err = run(capsys, str(path), "-i", str(x), "-i", str(n), "--profile",
                          "--repeat", "2")
     assert code == 0, err
-    table = out[out.index("time per operator over 2 runs:"):].splitlines()
+    table = out[out.index("time per operator over 2 runs on 1 thread:"):].splitlines()
     assert table[1].split() == ["op", "calls", "total", "ms", "share"]
     rows = {line.split()[0]: line.split() for line in table[2:]}
     assert rows["aten::add.out"][1] == "6"  # 3 iterations, 2 runs
