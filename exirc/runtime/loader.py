@@ -26,9 +26,11 @@ from exirc.runtime import xnnpack as _xnnpack  # noqa: F401 (registers the Xnnpa
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
 from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key, outside_allowlist
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
+from exirc.runtime.module_paths import name_modules
 from exirc.serialize import program as P
 from exirc.serialize import read_program_file, symbolic_shapes
 from exirc.serialize.mapped_file import MappedFile, open_mapped
+from exirc.serialize.module_paths import stored_module_paths
 
 if TYPE_CHECKING:
     from exirc.runtime.profile import Profile
@@ -99,6 +101,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     for i, (plan, table) in enumerate(zip(plans, kernel_tables)):
         argument_kinds.check_calls(plan, table, f"execution_plan[{i}]")  # before any kernel
     _check_memory(plans, max_memory)  # before allocating any of it
+    modules = stored_module_paths(program)
     shapes = _symbolic_shapes(program)
     shared = memory.allocate_shared_arenas(plans)
     methods = {}
@@ -112,6 +115,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                                                                backend_tables[i]))]
         methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps,
                                     shapes.get(plan.name), shared, file_guard=mapped)
+    name_modules(methods, plans, modules)
     return LoadedProgram(program, methods)
 
 

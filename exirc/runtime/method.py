@@ -44,7 +44,7 @@ from exirc.runtime.argument_checks import check_method
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.kernels import Kernel
-from exirc.runtime.steps import Action, Site, Step, prepare, site_of
+from exirc.runtime.steps import Action, Site, Step, prepare, site_of, with_modules
 from exirc.runtime.values import Values, value_table, written_values
 from exirc.runtime.work import UNITS_PER_STEP, chain_costs, prefix_sums
 from exirc.serialize import program as P
@@ -311,9 +311,8 @@ class Method:
     def _failure(self, chain: int, pc: int, error: Exception) -> ExecutionError:
         site = self._sites[chain][pc]
         detail = (str(error).strip().splitlines() or [""])[0]
-        source = f" (from {site.source})" if site.source else ""
         return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
-                              f"{self.name!r}: {type(error).__name__}: {detail}{source}")
+                              f"{self.name!r}: {type(error).__name__}: {detail}{site.origin}")
 
     def _located(self, chain: int, pc: int, error: ExircError) -> ExircError:
         """A kernel's own ExecutionError (a quantized kernel refusing its arguments)
@@ -322,9 +321,8 @@ class Method:
         if type(error) is not ExecutionError or not 0 <= pc < len(self._sites[chain]):
             return error
         site = self._sites[chain][pc]
-        source = f" (from {site.source})" if site.source else ""
         return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
-                              f"{self.name!r}: {error.message}{source}", hint=error.hint)
+                              f"{self.name!r}: {error.message}{site.origin}", hint=error.hint)
 
     def _step_limit(self, chain: int, pc: int) -> StepLimitError:
         return StepLimitError(
@@ -351,6 +349,14 @@ class Method:
             f"method {self.name!r} did not finish within {self.max_seconds:g} s of loops "
             f"(the time limit that comes with a step limit of {self.max_steps}); it was "
             f"about to run instruction {pc} of chain {chain} again: a loop that does not end?")
+
+    def name_modules(self, modules: Sequence[Sequence[str]]) -> None:
+        """Name in each instruction's site the submodule it came from (`modules`:
+        per chain, a path per instruction; `exirc.runtime.module_paths`)."""
+        if len(modules) == len(self._sites):
+            self._sites = [with_modules(sites, paths)
+                           for sites, paths in zip(self._sites, modules)]
+            self._profiled = None
 
     def _where(self, site: Site) -> str:
         chain = f"chain {site.chain}, " if len(self._chains) > 1 else ""

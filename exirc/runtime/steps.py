@@ -22,7 +22,7 @@ ignored; for a plain KernelCall, a faster call than its step (`binding.Bound`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -61,11 +61,26 @@ class Site:
     source: str
     module: str = ""
 
+    @property
+    def origin(self) -> str:
+        """What a message says of where the instruction came from, after what it
+        did: ` (from model.py:12 in forward: code) [module encoder.fc]`, or ""."""
+        text = f" (from {self.source})" if self.source else ""
+        return f"{text} [module {self.module}]" if self.module else text
+
 
 def site_of(plan: P.ExecutionPlan, chain: int, index: int) -> Site:
     """The site of instruction `index` of chain `chain`."""
     chain_ = plan.chains[chain]
     return Site(chain, index, _label(plan, chain_.instructions[index]), _source(chain_, index))
+
+
+def with_modules(sites: Sequence[Site], modules: Sequence[str]) -> list[Site]:
+    """`sites` (one chain's), each with its instruction's module path from
+    `modules` (a path per instruction; unchanged if the counts differ)."""
+    if len(modules) != len(sites):
+        return list(sites)
+    return [replace(site, module=module) for site, module in zip(sites, modules)]
 
 
 def prepare(instr: P.Instruction, kernels: Mapping[int, Kernel],
