@@ -37,6 +37,7 @@ from exirc.inspector.listing import instruction_text, source_of
 from exirc.inspector.planned_regions import Array, Block, PlannedRegions, PlannedTensor
 from exirc.inspector.value_lifetimes import Lifetime, lifetimes, loop_ranges
 from exirc.serialize import program as P
+from exirc.serialize.module_paths import stored_module_paths
 
 # How many of the largest tensors live at the peak a report lists.
 LARGEST_AT_PEAK = 5
@@ -52,17 +53,19 @@ _PAIRS_FLOOR = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class InstructionSite:
-    """Where a position is: its chain, index there, text and source line."""
+    """Where a position is: its chain, index there, text, source line and the
+    submodule it came from ("" if unknown)."""
 
     position: int
     chain: int
     index: int
     text: str
     source: dict[str, Any] | None
+    module: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"position": self.position, "chain": self.chain, "index": self.index,
-                "text": self.text, "source": self.source}
+                "text": self.text, "source": self.source, "module": self.module or None}
 
 
 class ArenaReport:
@@ -70,7 +73,8 @@ class ArenaReport:
     bytes are live at each position (a step function: `live_steps`)."""
 
     def __init__(self, planned: PlannedRegions, memory_id: int, size: int, positions: int,
-                 ranges: tuple[int, int, int, int] | None) -> None:
+                 ranges: tuple[int, int, int, int] | None,
+                 modules: list[list[str]] | None = None) -> None:
         self._planned = planned
         self.memory_id = memory_id
         self.size = size
@@ -84,7 +88,7 @@ class ArenaReport:
         if self.peak_bytes > 0:
             # The first time the peak is reached.
             self.peak_position = int(self._step_at[int(numpy.argmax(self._step_live))])
-            self.peak_site = instruction_site(planned.plan, self.peak_position)
+            self.peak_site = instruction_site(planned.plan, self.peak_position, modules)
             self.largest_at_peak = self._largest_at(self.peak_position)
 
     @property
@@ -213,8 +217,11 @@ class MethodMemory:
     the regions that overlap while live."""
 
     def __init__(self, name: str, instruction_count: int, loops: list[Lifetime],
-                 planned: PlannedRegions, sizes: list[int], approximate: bool) -> None:
+                 planned: PlannedRegions, sizes: list[int], approximate: bool,
+                 modules: list[list[str]] | None = None) -> None:
+        """`modules`: per chain, the submodule each instruction came from, if stored."""
         self.name = name
+        self._modules = modules
         self.instruction_count = instruction_count
         self.loops = loops  # (first, last) positions of each loop body
         self.lifetimes_approximate = approximate
@@ -237,11 +244,11 @@ class MethodMemory:
     def arena(self, memory_id: int) -> ArenaReport:
         size = self._sizes[memory_id] if memory_id < len(self._sizes) else 0
         return ArenaReport(self._planned, memory_id, size, max(self.instruction_count, 1),
-                           self._ranges.get(memory_id))
+                           self._ranges.get(memory_id), self._modules)
 
     def site(self, position: int) -> InstructionSite | None:
         """The instruction at `position`: its chain, index, text and source line."""
-        return instruction_site(self._planned.plan, position)
+        return instruction_site(self._planned.plan, position, self._modules)
 
     def _find_overlaps(self) -> None:
         """Pairs of distinct regions that share bytes while both are live.
@@ -306,10 +313,12 @@ def span_text(span: Lifetime) -> str:
 
 
 def memory_report(program: P.Program) -> list[MethodMemory]:
-    return [method_memory(plan) for plan in program.execution_plan]
+    modules = stored_module_paths(program)
+    return [method_memory(plan, modules.of_plan(plan)) for plan in program.execution_plan]
 
 
-def method_memory(plan: P.ExecutionPlan) -> MethodMemory:
+def method_memory(plan: P.ExecutionPlan,
+                  modules: list[list[str]] | None = None) -> MethodMemory:
     count = sum(len(chain.instructions) for chain in plan.chains)
     loops = loop_ranges(plan)
     table = lifetimes(plan, loops)
@@ -319,17 +328,18 @@ def method_memory(plan: P.ExecutionPlan) -> MethodMemory:
         else numpy.zeros(0, dtype=numpy.int64)
     planned = PlannedRegions(plan, first, last)
     return MethodMemory(plan.name, count, loops, planned, plan.non_const_buffer_sizes,
-                        table.approximate)
+                        table.approximate, modules)
 
 
-def instruction_site(plan: P.ExecutionPlan, position: int) -> InstructionSite | None:
+def instruction_site(plan: P.ExecutionPlan, position: int,
+                     modules: list[list[str]] | None = None) -> InstructionSite | None:
     start = 0
     for c, chain in enumerate(plan.chains):
         if position < start + len(chain.instructions):
             i = position - start
             frames = chain.stacktrace[i].items if chain.stacktrace else []
             return InstructionSite(position, c, i, instruction_text(plan, chain.instructions[i]),
-                                   source_of(frames))
+                                   source_of(frames), modules[c][i] if modules else "")
         start += len(chain.instructions)
     return None  # a method without instructions
 

@@ -130,6 +130,8 @@ def _site_text(report: MethodMemory, position: int) -> str:
         text += f" at {source['file']}:{source['line']}"
         if source.get("function"):
             text += f" ({source['function']})"
+    if site.module:
+        text += f" [module {site.module}]"
     return f"{position}: {text}"
 
 

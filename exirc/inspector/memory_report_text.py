@@ -75,6 +75,8 @@ def _render_arena(arena: ArenaReport) -> list[str]:
             code = f": {site.source['code']}" if site.source.get("code") else ""
             lines.append(f"{indent}{clean(site.source['file'])}:{site.source['line']}"
                          f"{clean(code)}")
+        if site.module:
+            lines.append(f"{indent}in module {clean(site.module)}")
     lines.append(f"    fragmentation  {100 * arena.fragmentation:.1f}% "
                  f"({compact_bytes(arena.wasted_bytes)} more than the peak needs)")
     lines.append("    largest tensors live at the peak:")
