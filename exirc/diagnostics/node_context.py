@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import torch
 from torch.fx import GraphModule, Node
 
-from exirc.ir.source import source_location
+from exirc.ir.source import normal_module_path, source_location
 from exirc.plan.ops import cond_out, is_out_form, out_form_subgraphs
 
 
@@ -43,12 +43,13 @@ class NodeContext:
         return None
 
     def module(self, node: Node) -> str | None:
+        """`encoder.layers.1.linear (Linear)`, as the program's module paths name it."""
         for candidate in (node, *self.outer(node)):
             stack = candidate.meta.get("nn_module_stack")
             if stack:
                 path, kind = list(stack.values())[-1]
                 name = kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
-                return f"{path or '<root>'} ({name})"
+                return f"{normal_module_path(str(path)) or '<root>'} ({name})"
         return None
 
     def loop(self, node: Node) -> Node | None:
