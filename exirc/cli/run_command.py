@@ -85,7 +85,7 @@ all pass and 5 if any fails.
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write the outputs to this .npz (keys output_0, ...); - for stdout (not "
                    "a terminal), which moves the summary to stderr.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Run N times and print latency statistics.")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, metavar="N",
               help="Runs before the measured ones, not counted (default: 0 for one run, "
@@ -115,9 +115,10 @@ all pass and 5 if any fails.
               help="Run the test cases bundled in the program (`exirc compile --bundle`) and "
                    "report pass or fail (exit code 5 if any fails).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the outputs (name, index, shape, dtype, min, max, mean) and with "
-                   "--repeat the latency as JSON on stdout (format exirc.run), or a JSON "
-                   "error object on failure.")
+              help="Print the outputs (name, index, shape, dtype, min, max, mean), the runs, "
+                   "warm-up runs and threads, with --repeat the latency and with --profile "
+                   "the time per operator and per instruction as JSON on stdout (format "
+                   "exirc.run), or a JSON error object on failure.")
 def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
                 shape_options: tuple[str, ...], seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, warmup: int | None,

@@ -31,7 +31,7 @@ MAX_THREADS = 1024  # beyond any machine's cores; a typo's 10**9 threads would f
 
 MAX_WARMUP = 10
 TRACE_SLICE_LIMIT = 200_000
-"""Instruction slices a trace keeps at most (about 30 MB of JSON, which trace
+"""Instruction slices a trace keeps at most (about 45 MB of JSON, which trace
 viewers still open): whole runs, from the first, and always the first run."""
 
 
