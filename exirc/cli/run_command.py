@@ -212,6 +212,9 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
 def _check_trace_path(trace: str, program: str, output: str | None) -> None:
     """Refuse, before any run, a trace that cannot be written or would replace
     the program or the outputs file."""
+    if is_stdio(trace):
+        raise UsageError("--trace writes to a file, not to stdout (-)",
+                         hint="give it a file name, e.g. --trace trace.json")
     check_output_path(trace, "trace file")
     for other, what in ((program, "the program"), (output, "the outputs file (-o)")):
         if other is not None and os.path.realpath(other) == os.path.realpath(trace):

@@ -207,6 +207,10 @@ def test_trace_write_problems_are_usage_errors_before_running(add_pte: Path,
     assert done.returncode == 2
     assert f"--trace {add_pte} would overwrite the program" in done.stderr
     assert add_pte.read_bytes() == before
+    done = exirc("run", str(add_pte), "--random", "--trace", "-", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error[E0200]: --trace writes to a file, not to stdout (-)")
+    assert not (tmp_path / "-").exists()
 
 
 def _umask() -> int:
