@@ -90,3 +90,17 @@ def bench_threads() -> Iterator[int]:
         yield torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
+
+
+def executorch_file(module: torch.nn.Module, inputs: tuple[Any, ...], *, xnnpack: bool) -> bytes:
+    """ExecuTorch's own .pte of `module`: portable kernels only, or with what
+    its XnnpackPartitioner takes lowered to XNNPACK."""
+    from executorch.exir import to_edge, to_edge_transform_and_lower
+
+    exported = torch.export.export(module, inputs)
+    if not xnnpack:
+        return bytes(to_edge(exported).to_executorch().buffer)
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    return bytes(lowered.to_executorch().buffer)

@@ -24,7 +24,8 @@ sys.path.insert(0, str(REPO))
 
 # Sections run in this order; a missing module (not written yet) is skipped.
 SECTIONS = ["bench.serialization", "bench.overhead", "bench.runtime", "bench.compile",
-            "bench.control_flow", "bench.delegation", "bench.quantization"]
+            "bench.control_flow", "bench.delegation", "bench.quantization",
+            "bench.side_by_side"]
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
