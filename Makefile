@@ -57,7 +57,14 @@ demo: install
 schema: install
 	$(PY) -m tools.regenerate_schema
 
-bench: install
+# The bench extra (onnxruntime and the ONNX exporter's packages) goes into the
+# venv on first use; its own stamp, so `make install` stays as it is.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[bench]"
+	touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
 	$(PY) bench/run.py --out bench/results
 
 # The long runtime mutation campaign (the suite in `make test` runs 2,000):
