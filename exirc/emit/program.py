@@ -57,7 +57,8 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
             state_bytes = max(state_bytes, emitter.state_bytes)
         nodes[name] = emitter.instruction_nodes
         delegated.append((plan, emitter.lowered))
-        paths = instruction_module_paths(emitter.instruction_nodes)  # chain 0's: the only one
+        # per instruction of chain 0, the only chain the emitter makes
+        paths = instruction_module_paths(emitter.instruction_nodes, exported.graph_module)
         if paths is not None:
             modules[name] = [paths]
         io = method_io_names(exported, emitter.input_names, len(plan.outputs))

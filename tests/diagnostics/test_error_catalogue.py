@@ -247,7 +247,7 @@ CASES = [
                  "that made this node (every combination: exirc/edge/dtype_constraints.yaml)")),
     Case("E0330", 3, without_to_edge,
          re.escape("node %linear (aten.linear.default) at model.py:13: "
-                   "return self.fc2(torch.relu(self.fc1(x))) is not an Edge op"),
+                   "return self.fc2(torch.relu(self.fc1(x))) [module fc1] is not an Edge op"),
          exactly("the to_edge pass decomposes it into core ATen ops: run to_edge before, and "
                  "check that no later pass made this node (`exirc compile "
                  "--print-ir-after-all`)")),

@@ -174,3 +174,28 @@ def test_a_library_models_instructions_keep_the_library_line() -> None:
         P.Frame("wrap.py", 8, "forward", "return self.model(ids).logits"),
         P.Frame("transformers/models/gpt2/modeling_gpt2.py", 321, "forward",
                 "query, key, value = self.c_attn(hidden).split(self.split_size, dim=2)")]
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda y: self.fc(y).relu(), lambda y: y.neg(), (x,))
+
+
+class HoldsBranches(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Branchy()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) + 1
+
+
+def test_instructions_inside_branches_take_the_module_around_them() -> None:
+    result = compile_module(HoldsBranches().eval(), (torch.randn(2, 3),))
+    paths = _paths(result.data)
+    assert paths[:-1] == ["block"] * (len(paths) - 1)  # the branches' nodes record none
+    assert paths[-1] == ""  # the add, in the model itself
