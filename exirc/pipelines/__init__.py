@@ -19,6 +19,7 @@ from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
 from exirc.edge.constant_fold import ConstantFold
 from exirc.edge.dead_code_elimination import DeadCodeElimination
+from exirc.edge.fold_batch_norm import FoldBatchNorm
 from exirc.edge.remove_assertions import RemoveAssertions
 from exirc.edge.remove_noop_copies import RemoveNoopCopies
 from exirc.edge.scalars_to_tensors import ScalarsToTensors
@@ -36,7 +37,7 @@ from exirc.targets import DEFAULT_TARGET
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
     ToEdge, RemoveAssertions, ViewsToCopies, ScalarsToTensors, RemoveNoopCopies,
-    ConstantFold, DeadCodeElimination,
+    ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, Fuse, QuantFusion,
     WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,
 )
