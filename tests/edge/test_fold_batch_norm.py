@@ -18,6 +18,7 @@ from exirc.edge.to_edge import ToEdge
 from exirc.edge.verify import verify_edge
 from exirc.runtime import load
 from tests.edge.test_passes import assert_signature_in_step, targets
+from tests.oracle import requires_executorch, run_with_executorch
 
 aten = torch.ops.aten
 BATCH_NORM = aten._native_batch_norm_legit_no_training.default
@@ -181,5 +182,17 @@ def test_the_exirc_target_folds_and_runs_like_eager() -> None:
     operators = {op.name for plan in program.program.execution_plan for op in plan.operators}
     assert "aten::_native_batch_norm_legit_no_training" not in operators
     (got,) = program.run("forward", [x])
+    with torch.no_grad():
+        torch.testing.assert_close(got, module(x), rtol=1e-5, atol=1e-5)
+
+
+@requires_executorch
+def test_a_folded_portable_program_runs_on_executorch() -> None:
+    module = _with_statistics(ConvBatchNorm(nn.Conv2d(3, 8, 3, padding=1, groups=1),
+                                            nn.BatchNorm2d(8))).eval()
+    x = torch.randn(1, 3, 8, 8)
+    data = compile_module(module, (x,), options=CompileOptions(target="portable")).data
+    assert b"_native_batch_norm_legit_no_training" not in bytes(data)
+    (got,) = run_with_executorch(data, [x])
     with torch.no_grad():
         torch.testing.assert_close(got, module(x), rtol=1e-5, atol=1e-5)

@@ -24,7 +24,8 @@ from tests.plugin_modules import plugin_module
 PORTABLE_PASSES = {
     "aten": [],
     "edge": ["to_edge", "remove_assertions", "views_to_copies", "scalars_to_tensors",
-             "remove_noop_copies", "constant_fold", "dead_code_elimination"],
+             "remove_noop_copies", "constant_fold", "fold_batch_norm",
+             "dead_code_elimination"],
     "backend": ["sym_prims", "quant_fusion", "dead_code_elimination"],
     "plan": ["write_back_state", "alias_views", "to_out_variants", "memory_plan"],
 }
