@@ -87,7 +87,9 @@ def _by_position(method: str, specs: Sequence[InputSpec],
                  requested: Mapping[str, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
     """`requested` keyed by input position; a name no input has, a scalar given a
     shape or a shape of the wrong rank is a usage error."""
-    names = {spec.name: i for i, spec in enumerate(specs)}
+    # Stored names first; `input_N` and N also reach input N, as in files without names.
+    names = {**{f"input_{i}": i for i in range(len(specs))},
+             **{spec.name: i for i, spec in enumerate(specs)}}
     given: dict[int, tuple[int, ...]] = {}
     for key, shape in requested.items():
         position = names.get(key, int(key) if key.isdigit() else None)

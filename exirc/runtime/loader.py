@@ -24,6 +24,7 @@ from exirc.runtime import argument_kinds, delegates
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
 from exirc.runtime import xnnpack as _xnnpack  # noqa: F401 (registers the XnnpackBackend)
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
+from exirc.runtime.io_names import name_inputs_and_outputs, stored_io_names
 from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key, outside_allowlist
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
 from exirc.runtime.module_paths import name_modules
@@ -103,6 +104,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     _check_memory(plans, max_memory)  # before allocating any of it
     modules = stored_module_paths(program)
     shapes = _symbolic_shapes(program)
+    stored_names = stored_io_names(program)
     shared = memory.allocate_shared_arenas(plans)
     methods = {}
     named_data = delegates.named_data_index(program) if any(p.delegates for p in plans) \
@@ -113,8 +115,10 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                                                   f"{where}.delegates[{j}]", named_data))
                    for j, (delegate, backend) in enumerate(zip(plan.delegates,
                                                                backend_tables[i]))]
-        methods[plan.name] = Method(program, plan, where, kernel_tables[i], handles, max_steps,
-                                    shapes.get(plan.name), shared, file_guard=mapped)
+        method = Method(program, plan, where, kernel_tables[i], handles, max_steps,
+                        shapes.get(plan.name), shared, file_guard=mapped)
+        name_inputs_and_outputs(method, stored_names)
+        methods[plan.name] = method
     name_modules(methods, plans, modules)
     return LoadedProgram(program, methods)
 

@@ -115,6 +115,7 @@ class Method:
         self.inputs: list[InputSpec] = [input_spec(plan, i, value, where, shapes)
                                         for i, value in enumerate(plan.inputs)]
         self.output_values = list(plan.outputs)
+        self.output_names = [f"output_{i}" for i in range(len(plan.outputs))]  # see io_names
         self._chains: list[list[Step]] = []
         self._sites: list[list[Site]] = []
         # Per chain, its actions if it has no jumps (run by `_execute_straight`), else None.

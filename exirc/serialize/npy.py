@@ -196,7 +196,7 @@ def _load_members(archive: zipfile.ZipFile, name: str,
             raise InputError(f"{where}: key {key!r} appears twice in the archive", hint=_NPZ_HINT)
         keys.append(key)
     if expect is not None:
-        expect.check_keys(keys, name)  # before decompressing anything
+        keys = expect.check_keys(keys, name)  # before decompressing anything
     with contextlib.ExitStack() as streams:
         opened = []
         for key, info in zip(keys, infos):

@@ -86,15 +86,21 @@ class ExpectedArrays:
     arrays: Sequence[ExpectedArray]
     symbols: Mapping[str, SymbolRange] = field(default_factory=dict)
 
-    def check_keys(self, keys: Sequence[str], where: str) -> None:
-        """Raise InputError unless `keys` (of a .npz) are exactly the inputs' names."""
+    def check_keys(self, keys: Sequence[str], where: str) -> list[str]:
+        """The inputs' names for `keys` (of a .npz), which must be exactly the
+        inputs' names, or their positional names (`input_0`, ...: what a file
+        without stored names calls them); else raise InputError."""
         expected = [array.name for array in self.arrays]
-        if sorted(keys) != sorted(expected):
-            raise InputError(
-                f"{where} has the keys {', '.join(keys) or 'none'}, but {self.owner} takes "
-                f"{', '.join(expected) or 'no inputs'}",
-                hint="save one array per input: numpy.savez(path, "
-                     + ", ".join(f"{name}=..." for name in expected) + ")")
+        if sorted(keys) == sorted(expected):
+            return list(keys)
+        positional = {f"input_{i}": name for i, name in enumerate(expected)}
+        if sorted(keys) == sorted(positional):
+            return [positional[key] for key in keys]
+        raise InputError(
+            f"{where} has the keys {', '.join(keys) or 'none'}, but {self.owner} takes "
+            f"{', '.join(expected) or 'no inputs'}",
+            hint="save one array per input: numpy.savez(path, "
+                 + ", ".join(f"{name}=..." for name in expected) + ")")
 
     def check_count(self, count: int) -> None:
         """Raise InputError unless `count` files were given, one per input."""

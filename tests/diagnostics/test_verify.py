@@ -387,7 +387,7 @@ def test_the_pass_case_through_the_api_is_a_captured_divergence(
      "f64.npz: input_0 of method 'forward' is float64[2, 8], but the example input is "
      "float32[2, 8]"),
     (["--verify", "--verify-inputs", "wide.npz"], "E0201",
-     "wide.npz: input_0 has shape [3, 8], expected [2, 8] (f32[2, 8])"),
+     "wide.npz: x has shape [3, 8], expected [2, 8] (f32[2, 8])"),
 ])
 def test_bad_verification_options_are_usage_errors(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
