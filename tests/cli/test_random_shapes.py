@@ -18,7 +18,7 @@ from exirc.errors import InputError, UsageError
 from exirc.runtime.inputs import InputSpec
 from exirc.serialize.symbolic_shapes import MethodShapes, SymbolRange
 
-# input_1's size is twice input_0's first: a relation --random must keep.
+# y's size is twice x's first: a relation --random must keep.
 RELATED = """\
 import torch
 
@@ -55,13 +55,13 @@ def output_shape(ran: subprocess.CompletedProcess[bytes]) -> tuple[int, ...]:
 
 
 def test_random_picks_related_sizes_up_to_the_cap(related: Path) -> None:
-    # s0 <= 100000: --random takes the cap, and input_1 follows as 2*s0.
+    # n <= 100000: --random takes the cap, and y follows as 2*n.
     ran = exirc("run", "related.pte", "--random", "-o", "-", cwd=related)
     assert output_shape(ran) == (2 * DEFAULT_DIM_CAP,)
 
 
 @pytest.mark.parametrize(("shape", "expected"), [
-    (["input_0=5x4"], (10,)), (["0=5x4"], (10,)), (["1=14"], (14,)),
+    (["input_0=5x4"], (10,)), (["x=5x4"], (10,)), (["0=5x4"], (10,)), (["1=14"], (14,)),
     (["input_0=3x4", "input_1=6"], (6,)),
 ])
 def test_shape_by_name_or_index_and_the_rest_follows(related: Path, shape: list[str],
@@ -72,12 +72,12 @@ def test_shape_by_name_or_index_and_the_rest_follows(related: Path, shape: list[
 
 
 @pytest.mark.parametrize(("shape", "message"), [
-    (["input_0=100001x4"], "--shape input_0=100001x4: input_0 dim 0 is 100001, but s0 must be "
+    (["input_0=100001x4"], "--shape x=100001x4: x dim 0 is 100001, but n must be "
                            "in 2..100000"),
-    (["input_0=3x5"], "--shape input_0=3x5: input_0 dim 1 is 5, but must be 4"),
-    (["input_1=11"], "input_1 dim 0 is 11, but must be 2*s0 for some s0 in 2..100000"),
-    (["input_0=3x4", "input_1=8"], "input_1 dim 0 is 8, but must be 2*s0 = 6"),
-    (["input_0=3"], "--shape input_0=3: input_0 has 2 dims (f32[s0<=100000, 4]), not 1"),
+    (["input_0=3x5"], "--shape x=3x5: x dim 1 is 5, but must be 4"),
+    (["input_1=11"], "y dim 0 is 11, but must be 2*n for some n in 2..100000"),
+    (["input_0=3x4", "input_1=8"], "y dim 0 is 8, but must be 2*n = 6"),
+    (["input_0=3"], "--shape input_0=3: x has 2 dims (f32[n<=100000, 4]), not 1"),
 ])
 def test_a_bad_shape_names_the_input_and_its_allowed_range(related: Path, shape: list[str],
                                                           message: str) -> None:
@@ -87,13 +87,13 @@ def test_a_bad_shape_names_the_input_and_its_allowed_range(related: Path, shape:
     assert ran.returncode == 2
     assert err.startswith("error[E0201]: ")
     assert message in err
-    assert "input_0: f32[s0<=100000, 4], input_1: f32[2*s0<=200000]" in err or \
+    assert "x: f32[n<=100000, 4], y: f32[2*n<=200000]" in err or \
         "has 2 dims" in message  # the whole signature, or the input's own
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--random", "--shape", "x=3x4"], "--shape x: method 'forward' has no input 'x'; its "
-                                       "inputs are input_0: f32[s0<=100000, 4]"),
+    (["--random", "--shape", "z=3x4"], "--shape z: method 'forward' has no input 'z'; its "
+                                       "inputs are x: f32[n<=100000, 4]"),
     (["--random", "--shape", "0=3*4"], "--shape '0=3*4' is not NAME=SIZES"),
     (["--shape", "0=3x4"], "--shape only applies to --random"),
 ])

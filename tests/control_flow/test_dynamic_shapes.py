@@ -112,27 +112,27 @@ def test_dynamic_tensors_are_planned_at_their_bounds() -> None:
     assert any(name.startswith("executorch_prim::mul") for name in operators)  # n * 3
 
 
-def test_inspect_names_dynamic_dims_by_symbol(tmp_path: Path,
+def test_inspect_names_dynamic_dims_by_their_dim_names(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "derived.pte"
     compiled("derived", *MODELS["derived"])[1].save(path)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     inputs_line = next(line for line in out.splitlines() if line.strip().startswith("inputs:"))
-    assert inputs_line.endswith(" f32[s0<=64, 8], y=%3 f32[2*s0<=128, 8]"), inputs_line
+    assert inputs_line.endswith(" f32[batch<=64, 8], y=%3 f32[2*batch<=128, 8]"), inputs_line
     assert main(["inspect", str(path), "--json"]) == 0
     method = json.loads(capsys.readouterr().out)["methods"][0]
-    assert method["symbols"] == {"s0": {"min": 1, "max": 64}}
-    assert [entry["dims"] for entry in method["inputs"]] == [["s0", 8], ["2*s0", 8]]
+    assert method["symbols"] == {"batch": {"min": 1, "max": 64}}
+    assert [entry["dims"] for entry in method["inputs"]] == [["batch", 8], ["2*batch", 8]]
     assert main(["inspect", str(path), "--show", "instructions"]) == 0
     listing = capsys.readouterr().out
-    assert "f32[s0<=64, 16] = aten::cat.out" in listing  # a result, by symbol
+    assert "f32[batch<=64, 16] = aten::cat.out" in listing  # a result, by symbol
 
 
 @pytest.mark.parametrize(("shapes", "message"), [
-    ([(65, 8), (130, 8)], "input_0 dim 0 is 65, but s0 must be in 1..64"),
-    ([(0, 8), (0, 8)], "input_0 dim 0 is 0, but s0 must be in 1..64"),
-    ([(3, 8), (5, 8)], "input_1 dim 0 is 5, but must be 2*s0 = 6"),
+    ([(65, 8), (130, 8)], "x dim 0 is 65, but batch must be in 1..64"),
+    ([(0, 8), (0, 8)], "x dim 0 is 0, but batch must be in 1..64"),
+    ([(3, 8), (5, 8)], "y dim 0 is 5, but must be 2*batch = 6"),
 ])
 def test_inputs_outside_the_range_are_refused_before_running(
         shapes: list[tuple[int, int]], message: str, tmp_path: Path,

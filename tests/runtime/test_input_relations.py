@@ -52,28 +52,28 @@ MODELS = {
     "halves": (Halves, (torch.randn(8, 4),), ({0: 2 * N},)),
 }
 
-BY_0 = "(bound by input_0 dim 0)"
+BY_0 = "(bound by a dim 0)"
 
 # model, input shapes, what the error says (every part of it)
 REFUSED = [
-    ("square", [(3, 3), (5, 5)], [f"input_1 dim 0 is 5, but must be s0 = 3 {BY_0}",
-                                  f"input_1 dim 1 is 5, but must be s0 = 3 {BY_0}"]),
-    ("square", [(3, 4), (3, 3)], [f"input_0 dim 1 is 4, but must be s0 = 3 {BY_0}"]),
-    ("square", [(3, 3), (3, 2)], [f"input_1 dim 1 is 2, but must be s0 = 3 {BY_0}"]),
-    ("rows", [(3, 4), (5, 4)], [f"input_1 dim 0 is 5, but must be s0 = 3 {BY_0}"]),
-    ("rows", [(3, 4), (3, 2)], ["input_1 dim 1 is 2, but must be 4"]),
-    ("rows", [(3, 4), (20, 4)], [f"input_1 dim 0 is 20, but must be s0 = 3 {BY_0}"]),
+    ("square", [(3, 3), (5, 5)], [f"b dim 0 is 5, but must be n = 3 {BY_0}",
+                                  f"b dim 1 is 5, but must be n = 3 {BY_0}"]),
+    ("square", [(3, 4), (3, 3)], [f"a dim 1 is 4, but must be n = 3 {BY_0}"]),
+    ("square", [(3, 3), (3, 2)], [f"b dim 1 is 2, but must be n = 3 {BY_0}"]),
+    ("rows", [(3, 4), (5, 4)], [f"b dim 0 is 5, but must be n = 3 {BY_0}"]),
+    ("rows", [(3, 4), (3, 2)], ["b dim 1 is 2, but must be 4"]),
+    ("rows", [(3, 4), (20, 4)], [f"b dim 0 is 20, but must be n = 3 {BY_0}"]),
     # the range is checked where the symbol is bound, with that input's size
-    ("rows", [(20, 4), (3, 4)], ["input_0 dim 0 is 20, but s0 must be in 1..16",
-                                 f"input_1 dim 0 is 3, but must be s0 = 20 {BY_0}"]),
-    ("rows", [(17, 4), (17, 4)], ["input_0 dim 0 is 17, but s0 must be in 1..16"]),
-    ("pairs", [(10, 4), (4, 5)], ["input_0 dim 0 is 10, but must be 2*s0 = 8 "
-                                  "(s0 = 4, bound by input_1 dim 0)"]),
-    ("pairs", [(8, 4), (4, 6)], ["input_1 dim 1 is 6, but must be s0 + 1 = 5 "
-                                 "(s0 = 4, bound by input_1 dim 0)"]),
-    ("pairs", [(34, 4), (17, 18)], ["input_1 dim 0 is 17, but s0 must be in 1..16"]),
-    ("halves", [(7, 4)], ["input_0 dim 0 is 7, but must be 2*s0 for some s0 in"]),
-    ("halves", [(34, 4)], ["input_0 dim 0 is 34, but must be 2*s0 for some s0 in"]),
+    ("rows", [(20, 4), (3, 4)], ["a dim 0 is 20, but n must be in 1..16",
+                                 f"b dim 0 is 3, but must be n = 20 {BY_0}"]),
+    ("rows", [(17, 4), (17, 4)], ["a dim 0 is 17, but n must be in 1..16"]),
+    ("pairs", [(10, 4), (4, 5)], ["a dim 0 is 10, but must be 2*n = 8 "
+                                  "(n = 4, bound by b dim 0)"]),
+    ("pairs", [(8, 4), (4, 6)], ["b dim 1 is 6, but must be n + 1 = 5 "
+                                 "(n = 4, bound by b dim 0)"]),
+    ("pairs", [(34, 4), (17, 18)], ["b dim 0 is 17, but n must be in 1..16"]),
+    ("halves", [(7, 4)], ["a dim 0 is 7, but must be 2*n for some n in"]),
+    ("halves", [(34, 4)], ["a dim 0 is 34, but must be 2*n for some n in"]),
 ]
 
 ACCEPTED = [("square", [(3, 3), (3, 3)]), ("rows", [(3, 4), (3, 4)]), ("rows", [(16, 4), (16, 4)]),
