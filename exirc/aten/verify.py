@@ -11,7 +11,8 @@ these rules; each error names the rule it found broken:
                 operation (operator.* / math.* / torch.sym_* whose value is a
                 symbolic or Python scalar, not a tensor), or a custom op
                 registered with a Meta or fake kernel
-  val           every placeholder and call_function node has meta["val"]
+  val           every placeholder and call_function node has meta["val"] (but an op
+                that returns nothing, e.g. an assertion in a loaded .pt2)
                 (get_attr nodes name submodules and carry none)
   get_attr      a get_attr reads a submodule (a higher-order op's branch) or a
                 lifted constant, never a parameter or buffer
@@ -37,6 +38,7 @@ from exirc.ir.source import source_location
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
+    from torch.fx import Node
 
 _OPCODES = ("placeholder", "call_function", "get_attr", "output")
 
@@ -107,7 +109,8 @@ def _verify_graph(module: torch.fx.GraphModule, prefix: str, program: ExportedPr
             if problem is not None:
                 raise fail("op", problem, "the ATen dialect admits ATen ops, higher-order "
                            "ops and custom ops with a fake kernel (torch.library.register_fake)")
-        if node.op in ("placeholder", "call_function") and "val" not in node.meta:
+        if node.op in ("placeholder", "call_function") and "val" not in node.meta \
+                and not _returns_nothing(node):
             raise fail("val", 'node has no meta["val"] (its FakeTensor or SymInt value)',
                        "create graphs with torch.export, or run a pass that propagates "
                        "meta['val'] after editing them")
@@ -285,3 +288,10 @@ def _target_name(target: Any) -> str:
                            torch._ops.HigherOrderOperator)):
         return str(target)
     return _callable_name(target)
+
+
+def _returns_nothing(node: Node) -> bool:
+    """Whether `node` calls an op whose schema returns nothing (an assertion):
+    its value is None, which a deserialized .pt2 does not record."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and not schema.returns

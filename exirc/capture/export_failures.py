@@ -21,6 +21,7 @@ from exirc.ir.source import (
     SourceFrame,
     frame_in,
     is_library,
+    is_synthetic,
     parse_stack_trace,
     traceback_frames,
     user_frame,
@@ -70,8 +71,9 @@ def export_error(error: Exception, origin: str, method: str,
 
 def _user_line(error: Exception, text: str, model_path: str | None) -> SourceFrame | None:
     """The user's line: where torch's message says, else the innermost user frame raised in."""
-    mentioned = parse_stack_trace(text)
-    raised = traceback_frames(error.__traceback__)
+    # `<string>`, `<eval_with_key>`: code torch or a library generated, not the user's
+    mentioned = [f for f in parse_stack_trace(text) if not is_synthetic(f)]
+    raised = [f for f in traceback_frames(error.__traceback__) if not is_synthetic(f)]
     if model_path is not None:
         directory = os.path.dirname(os.path.abspath(model_path))
         return frame_in(mentioned, directory) or frame_in(raised, directory)
@@ -96,6 +98,10 @@ def _hint(error: Exception, text: str) -> str:
         fixes = _suggested_fixes(text)
         advice = f" torch suggests: {fixes}" if fixes else ""
         return "the dynamic_shapes conflict with what the model does with those sizes." + advice
+    if "DynamicCache" in text or "cache_utils" in text:
+        return ("the model returns a transformers cache object (DynamicCache): pass "
+                "use_cache=False in example_inputs (or set model.config.use_cache = False), "
+                "or give the model a static cache")
     if isinstance(error, Unsupported):
         return ("torch.export cannot trace this construct; rewrite it with tensor operations "
                 "(torch.cond for branches on tensors)")

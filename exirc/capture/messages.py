@@ -15,9 +15,21 @@ def first_line(error: BaseException) -> str:
     """The first non-empty line of an exception's text, or its type name."""
     for line in str(error).splitlines():
         if line.strip():
-            text = line.strip()
-            return text if len(text) <= 300 else text[:297] + "..."
+            return shorten(line.strip(), 300)
     return type(error).__name__
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters, else cut after its last whole
+    sentence that fits (or its last whole word, then "..."), never mid-word."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 3]
+    sentence = head.rfind(". ")
+    if sentence >= limit // 3:
+        return head[:sentence + 1]
+    word = head.rfind(" ")
+    return (head[:word] if word > 0 else head).rstrip(" ,;:") + "..."
 
 
 def describe(value: Any) -> str:

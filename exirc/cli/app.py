@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 import warnings
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit code (never raises)."""
     args, debug = normalize_arguments(list(sys.argv[1:] if argv is None else argv))
     as_json = _wants_json(args)
+    quiet_environment: dict[str, str] = {}
     if not debug:
         # torchao, which transformers imports when it is installed, warns on
         # stderr about its optional CUDA kernels on every import, and makes
@@ -122,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         noisy = ["torchao", "torch.utils._pytree"]
         if any(a in ("-q", "--quiet") for a in args):
             noisy += ["torch", "transformers"]  # -q: their own logging too
+            # transformers sets its logger's level when first imported (by the
+            # model file, later): this is the level it will set.
+            quiet_environment["TRANSFORMERS_VERBOSITY"] = "error"
         for name in noisy:
             logging.getLogger(name).setLevel(logging.ERROR)
+    saved = {name: os.environ.get(name) for name in quiet_environment}
+    os.environ.update(quiet_environment)
     try:
         with warnings.catch_warnings():
             if not debug and not any(a in ("-v", "--verbose") for a in args):
@@ -166,3 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         if not debug:
             print("  rerun with --debug to see the traceback", file=sys.stderr)
         return internal.exit_code
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -45,6 +45,7 @@ Examples:
   exirc compile model.py --verify --verify-inputs in.npz --atol 1e-4
   exirc compile model.py --verify --bundle -o model.pte  # then: exirc run model.pte --check
   exirc compile model.py --plugin my_kernels -o m.pte    # custom ops: kernels from a module
+  exirc compile gpt2.pt2 --import transformers.modeling_outputs   # outputs of library types
   exirc compile model.py --quantize int8 --calibration-inputs a.npz --target xnnpack
   exirc compile llm.py --quantize int4-weight-only -o llm.pte
 
@@ -133,6 +134,10 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE",
               help="Import a module (name or .py path) that registers kernels, e.g. for "
                    "custom operators; pass the same to `exirc run`.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE",
+              help="Import a module (name or .py path) before loading the model, e.g. "
+                   "transformers.modeling_outputs for a .pt2 whose outputs are its types "
+                   "(repeatable).")
 @click.option("--quantize", type=click.Choice(["int8", "int8-weight-only", "int4-weight-only"]),
               default=None,
               help="Quantize before compiling: int8 (static: per-channel weights and "
@@ -164,14 +169,15 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     max_memory: int | None,
                     verify: bool, verify_inputs: tuple[str, ...], rtol: float | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
-                    quantize: str | None, calibration_inputs: tuple[str, ...],
+                    imports: tuple[str, ...], quantize: str | None,
+                    calibration_inputs: tuple[str, ...],
                     group_size: int | None, explain_delegation: str | None,
                     time_passes: bool, as_json: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.pipelines import load_pipeline
 
     _check_input_files(model, example_inputs, pipeline_file, verify_inputs,
-                       calibration_inputs, plugins)
+                       calibration_inputs, plugins + imports)
     if print_pipeline:
         click.echo(load_pipeline(target, pipeline_file).describe(), nl=False)
         return
@@ -210,6 +216,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                                  sys.stderr, quiet=quiet, as_json=as_json) else None)
     for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)
         import_plugin(plugin)
+    for module in imports:  # e.g. the pytree types a .pt2's outputs are made of
+        import_plugin(module, "module given to --import")
     with warnings.catch_warnings():
         # torch's own deprecation chatter is not the user's business; exirc's
         # warnings arrive through `warn`. -v keeps everything.

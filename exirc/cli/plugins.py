@@ -18,22 +18,23 @@ from pathlib import Path
 from exirc.errors import UsageError
 
 
-def import_plugin(plugin: str) -> None:
-    """Import a module by name, or a .py file by path, for its registrations."""
+def import_plugin(plugin: str, what: str = "plugin") -> None:
+    """Import a module by name, or a .py file by path, for its registrations
+    (`what` names it in errors: a plugin, or a module given to --import)."""
     try:
         if plugin.endswith(".py") or os.sep in plugin:
             file = Path(plugin)
             if not file.is_file():
-                raise UsageError(f"no such plugin file: {plugin}")
+                raise UsageError(f"no such {what} file: {plugin}")
             spec = importlib.util.spec_from_file_location(file.stem, file)
             if spec is None or spec.loader is None:
-                raise UsageError(f"cannot import the plugin file {plugin}")
+                raise UsageError(f"cannot import the {what} file {plugin}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[file.stem] = module
             spec.loader.exec_module(module)
         else:
             importlib.import_module(plugin)
     except ImportError as error:
-        raise UsageError(f"cannot import the plugin {plugin!r}: {error}",
+        raise UsageError(f"cannot import the {what} {plugin!r}: {error}",
                          hint="give a module name on PYTHONPATH, or the path of a .py file"
                          ) from None

@@ -174,10 +174,10 @@ class MethodEmitter:
             self.table.of_node[node] = self.table.tensor(
                 fake, data_buffer_idx=self.constants.add(tensor, name))
             return
-        if fake is None:
-            # An input the example gave as None (a keyword input left out, say):
-            # export specialised the graph on it, so it is not the program's
-            # input any more than it is a leaf of the inputs' pytree.
+        if fake is None or (isinstance(fake, (bool, int, float, str)) and not node.users):
+            # An input the example gave as None (a keyword input left out, say)
+            # or as a constant (use_cache=False): export specialised the graph
+            # on it, so it is not the program's input.
             self.table.of_node[node] = self.table.add(P.Null())
             return
         if not isinstance(fake, torch.Tensor):
