@@ -42,6 +42,8 @@ def compile_body(result: CompileResult, output: str) -> dict[str, Any]:
     """What `exirc compile --json` reports: the file, its parts, the plan, the stages."""
     report = result.report
     program = result.program
+    from exirc.cli.compile_memory import working_arenas
+
     constant = program.constant_segment.segment_index \
         if program.constant_segment is not None else None
     verification = result.verification
@@ -55,6 +57,8 @@ def compile_body(result: CompileResult, output: str) -> dict[str, Any]:
         "kernel_calls": report.kernel_calls,
         "arena_bytes": report.arena_bytes,
         "arena_lower_bound_bytes": report.lower_bound_bytes,
+        # per method, what `inspect --show memory` reports (arena_bytes sums methods)
+        "arenas": working_arenas(program),
         "constant_bytes": report.constant_bytes,
         "state_bytes": report.state_bytes,
         "stage_seconds": dict(report.stage_seconds),
@@ -67,14 +71,14 @@ def compile_body(result: CompileResult, output: str) -> dict[str, Any]:
     }
 
 
-def output_facts(index: int, value: Any) -> dict[str, Any]:
+def output_facts(index: int, value: Any, name: str | None = None) -> dict[str, Any]:
     """One output of `exirc run --json`: name, index, and for a tensor its shape,
     dtype and min/max/mean (null when empty or opaque); a number as its value."""
     import torch
 
     from exirc.runtime.arenas import SCALAR_TYPES
 
-    facts: dict[str, Any] = {"index": index, "name": f"output_{index}"}
+    facts: dict[str, Any] = {"index": index, "name": name or f"output_{index}"}
     if not isinstance(value, torch.Tensor):
         facts["kind"] = "none" if value is None else type(value).__name__
         facts["value"] = value if isinstance(value, (bool, int, float, str)) else None

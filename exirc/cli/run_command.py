@@ -17,7 +17,7 @@ import click
 from exirc.cli.plugins import import_plugin
 from exirc.cli.random_shapes import parse_shape_options
 from exirc.cli.run_inputs import make_random_inputs, read_inputs
-from exirc.cli.run_outputs import summary, timing_text, write_outputs
+from exirc.cli.run_outputs import output_names, summary, timing_text, write_outputs
 from exirc.cli.run_timing import default_warmup, threads_option, timed_runs, torch_threads
 from exirc.cli.sizes import SIZE_HELP, size_option
 from exirc.cli.stdio import is_stdio, refuse_terminal_stdout
@@ -34,7 +34,7 @@ EPILOG = """\b
 Examples:
   exirc run model.pte --inputs x.npy                 one input from a .npy file
   exirc run model.pte --inputs x.npy --inputs y.npy  several inputs, in order
-  exirc run model.pte --inputs inputs.npz            keys: input names (input_0, ...)
+  exirc run model.pte --inputs inputs.npz            keys: input names (x, or input_0, ...)
   exirc run model.pte --random --seed 1 -o out.npz   random inputs; outputs to a .npz
   exirc run model.pte --random -o - > out.npz        the .npz on stdout (summary on stderr)
   exirc run model.pte --random --repeat 100          latency: mean, std, min, median, ...
@@ -83,8 +83,9 @@ all pass and 5 if any fails.
 @click.option("--method", "method_name", default=None,
               help="Method to run (default: forward, or the only method).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write the outputs to this .npz (keys output_0, ...); - for stdout (not "
-                   "a terminal), which moves the summary to stderr.")
+              help="Write the outputs to this .npz, keyed by their names as `exirc inspect` "
+                   "shows them (logits, ..., or output_0, ...); - for stdout (not a "
+                   "terminal), which moves the summary to stderr.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Run N times and print latency statistics.")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, metavar="N",
@@ -190,7 +191,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
 
     if output:
         with _out_of_memory(f"writing the outputs to {output}"):
-            write_outputs(output, runs.outputs)
+            write_outputs(output, runs.outputs, output_names(method, len(runs.outputs)))
     if trace_path is not None and profile is not None:
         _write_trace(trace_path, profile, runs.on_timeline, path, method,
                      {"runs": repeat, "warmup_runs": warmup, "threads": threads})

@@ -22,8 +22,8 @@ def summary(method: Method, outputs: list[Any]) -> str:
     lines = [f"method {method.name}: {len(method.inputs)} input"
              f"{'' if len(method.inputs) == 1 else 's'}, {len(outputs)} output"
              f"{'' if len(outputs) == 1 else 's'}"]
-    for i, value in enumerate(outputs):
-        lines += _describe(f"output_{i}", value)
+    for name, value in zip(output_names(method, len(outputs)), outputs):
+        lines += _describe(name, value)
     return "\n".join(lines)
 
 
@@ -57,12 +57,19 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:.4g}"
 
 
-def write_outputs(path: str, outputs: list[Any]) -> None:
-    """Save the outputs that are arrays or numbers as `output_N` in a .npz (`-`:
-    stdout); say which others (None, a string) have no place in one."""
+def output_names(method: Method, count: int) -> list[str]:
+    """The names of `count` outputs of `method`: those the program stores
+    (`logits`), else `output_N`."""
+    names = method.output_names
+    return [names[i] if i < len(names) else f"output_{i}" for i in range(count)]
+
+
+def write_outputs(path: str, outputs: list[Any], names: list[str]) -> None:
+    """Save the outputs that are arrays or numbers under their `names` in a
+    .npz (`-`: stdout); say which others (None, a string) have no place in one."""
     from exirc.serialize.npy import save_arrays
 
-    arrays = {f"output_{i}": _to_numpy(value) for i, value in enumerate(outputs)}
+    arrays = {name: _to_numpy(value) for name, value in zip(names, outputs)}
     saved = {name: array for name, array in arrays.items() if array is not None}
     if is_stdio(path):
         write_stdout_through_file(".npz", lambda file: save_arrays(file, saved))
@@ -174,7 +181,8 @@ def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float]
 
     body: dict[str, Any] = {
         "program": path, "method": method.name, "inputs": len(method.inputs),
-        "outputs": [output_facts(i, value) for i, value in enumerate(outputs)],
+        "outputs": [output_facts(i, value, name) for i, (name, value)
+                    in enumerate(zip(output_names(method, len(outputs)), outputs))],
         "runs": len(seconds), "warmup_runs": warmup, "threads": threads,
         "latency_ms": latency_stats(seconds) if len(seconds) > 1 else None,
         "outputs_file": None if output is None else ("-" if is_stdio(output) else output),

@@ -3,6 +3,7 @@ outputs: `.npz` keys, messages and mappings by name (`exirc.runtime.io_names`)."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy
@@ -61,3 +62,17 @@ def test_npz_keys_are_the_stored_names_or_the_positions(
     assert "E0201" in err
     assert "has the keys ids, mask, but method 'forward' takes input_ids, attention_mask" in err
     assert "numpy.savez(path, input_ids=..., attention_mask=...)" in err
+
+
+def test_outputs_are_written_and_shown_by_name(capsys: pytest.CaptureFixture[str],
+                                               tagger_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.npz"
+    code, text, err = run(capsys, "run", str(tagger_file), "--random", "-o", str(out))
+    assert code == 0, err
+    assert "  logits: f32[1, 3]" in text and "  past.1: f32[1, 3]" in text
+    with numpy.load(out) as saved:
+        assert list(saved.keys()) == ["logits", "past.0", "past.1"]
+        numpy.testing.assert_allclose(saved["past.1"], saved["logits"] + 2)
+    code, text, err = run(capsys, "run", str(tagger_file), "--random", "--json")
+    assert code == 0, err
+    assert [o["name"] for o in json.loads(text)["outputs"]] == ["logits", "past.0", "past.1"]
