@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from exirc.cli.compile_memory import memory_text, working_arenas
 from exirc.cli.delegation_text import explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
 from exirc.cli.progress import stage_printer, wants_progress
@@ -250,9 +251,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         f"({human_bytes(report.file_bytes)}), target {target}",
         f"  stages: {stages}",
         f"  {report.instructions} instructions, {report.kernel_calls} kernel calls",
-        f"  arena {human_bytes(report.arena_bytes)} "
-        f"(lower bound {human_bytes(report.lower_bound_bytes)}), "
-        f"constants {human_bytes(report.constant_bytes)}"
+        f"  {memory_text(working_arenas(result.program))} (as `exirc inspect --show memory`)",
+        f"  constants {human_bytes(report.constant_bytes)}"
         + (f", state {human_bytes(report.state_bytes)} (buffers the model updates, kept from "
            "run to run)" if report.state_bytes else ""),
     ]

@@ -48,6 +48,11 @@ def test_compile_json_reports_the_file_plan_stages_and_verification(tmp_path: Pa
     assert sum(s["size"] for s in info["segments"]) < info["file_size"]
     # At least x * 2 (a [2, 3] float tensor) lives in the arena.
     assert 24 <= info["arena_lower_bound_bytes"] <= info["arena_bytes"]
+    (arena,) = info["arenas"]  # as `inspect --show memory` reports it
+    assert arena["method"] == "forward" and arena["bytes"] == info["arena_bytes"]
+    assert 24 <= arena["peak_live_bytes"] <= arena["bytes"]
+    shown = exirc("inspect", "tiny.pte", "--show", "memory", "--json", cwd=tmp_path)
+    assert f'"peak_bytes": {arena["peak_live_bytes"]}' in shown.stdout
     assert list(info["stage_seconds"])[:2] == ["capture", "aten"]
     assert "verify" in info["stage_seconds"]
     assert info["total_seconds"] >= max(info["stage_seconds"].values())

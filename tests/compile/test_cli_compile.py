@@ -22,6 +22,7 @@ import yaml
 import exirc.compiler
 import exirc.serialize.files
 from exirc.cli.app import main
+from exirc.inspector.memory_report import memory_report
 from exirc.inspector.render import human_bytes
 from exirc.pipelines import load_pipeline, parse_pipeline
 from exirc.serialize import deserialize
@@ -125,19 +126,24 @@ def test_success_prints_the_summary_on_stderr_only(capsys: pytest.CaptureFixture
     (plan,) = program.execution_plan
     instructions = sum(len(chain.instructions) for chain in plan.chains)
     lines = err.splitlines()
-    assert len(lines) == 4, err
+    assert len(lines) == 5, err
     assert lines[0] == f"compiled {model} -> {pte} ({human_bytes(len(data))}), target portable"
     stages = re.findall(r"(\w+) (\d+\.\d\d) s", lines[1])
     assert lines[1].startswith("  stages: ")
     assert [name for name, _ in stages] == ["capture", "aten", "edge", "backend", "plan",
                                            "emit", "serialize"]
     assert lines[2] == f"  {instructions} instructions, 3 kernel calls"  # addmm, relu, addmm
-    arena = re.fullmatch(r"  arena (.+) \(lower bound (.+)\), constants (.+)", lines[3])
-    assert arena is not None, lines[3]
-    assert arena[1] == human_bytes(sum(plan.non_const_buffer_sizes))
-    arena_bytes, lower_bound = (int(text.removesuffix(" B")) for text in arena.groups()[:2])
-    assert 0 < lower_bound <= arena_bytes  # small enough to print in bytes
-    assert arena[3] == human_bytes(MLP_CONSTANT_BYTES)  # the permutes folded into the weights
+    # The same arena, peak and fragmentation as `inspect --show memory` shows.
+    (method,) = memory_report(program)
+    (arena,) = method.arenas
+    assert arena.size == sum(plan.non_const_buffer_sizes) and 0 < arena.peak_bytes <= arena.size
+    assert lines[3] == (f"  arena {arena.size} B, peak live {arena.peak_bytes} B, fragmentation "
+                        f"{100 * arena.fragmentation:.1f}% (as `exirc inspect --show memory`)")
+    assert main(["inspect", str(pte), "--show", "memory"]) == 0
+    shown = capsys.readouterr().out
+    assert f"    size           {arena.size} B" in shown
+    assert f"    fragmentation  {100 * arena.fragmentation:.1f}% " in shown
+    assert lines[4] == f"  constants {human_bytes(MLP_CONSTANT_BYTES)}"  # permutes folded
 
 
 def test_quiet_prints_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
