@@ -13,7 +13,6 @@ KiB/MiB/GiB) suffix: `--max-arena 256K` is 262144 bytes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +27,6 @@ if TYPE_CHECKING:
 # The largest planned tensors an ArenaLimitError lists.
 LARGEST_SHOWN = 3
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gib": 1 << 30}
-_SIZE = re.compile(r"\s*(\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 
 
 class ArenaLimitError(ExircError):
@@ -42,22 +38,6 @@ class ArenaLimitError(ExircError):
 
     exit_code = 3
     code = "E0312"
-
-
-def parse_size(text: str, *, option: str = "--max-arena") -> int:
-    """`300` -> 300, `256K`/`256KiB` -> 262144, `1M` -> 1048576, `1G` -> 1073741824.
-
-    Suffixes are binary (KiB, MiB, GiB) and case-insensitive. `KB`/`MB` are
-    refused rather than guessed at, since they mean 1000 to some and 1024 to
-    others. `option` names the flag in the error.
-    """
-    match = _SIZE.fullmatch(text)
-    unit = match[2].lower() if match else ""
-    if match is None or unit not in _UNITS:
-        raise UsageError(f"{option}: {text!r} is not a size",
-                         hint="give bytes, or a whole number with K, M or G (KiB, MiB, GiB): "
-                              "e.g. 300, 256K, 1M, 2GiB")
-    return int(match[1]) * _UNITS[unit]
 
 
 def format_size(nbytes: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ import torch
 from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import UsageError
 from exirc.ir.meta import set_memory_plan
-from exirc.plan.limits import ArenaLimitError, check_arena_limit, format_size, parse_size
+from exirc.plan.limits import ArenaLimitError, check_arena_limit, format_size
 from tests.compile.test_cli_compile import MLP, listing, run, write
 
 # --------------------------------------------------------------------------
@@ -20,21 +21,7 @@ from tests.compile.test_cli_compile import MLP, listing, run, write
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "nbytes"), [
-    ("300", 300), ("0", 0), ("300B", 300), (" 64 ", 64),
-    ("256K", 262144), ("256k", 262144), ("256KiB", 262144), ("256 KiB", 262144),
-    ("1M", 1 << 20), ("1MiB", 1 << 20), ("2G", 2 << 30), ("2gib", 2 << 30),
-])
-def test_sizes_are_bytes_or_binary_units(text: str, nbytes: int) -> None:
-    assert parse_size(text) == nbytes
-
-
-@pytest.mark.parametrize("text", ["12Q", "", "K", "1.5M", "-5", "256KB", "1 M B", "0x100"])
-def test_bad_sizes_are_usage_errors_with_a_hint(text: str) -> None:
-    with pytest.raises(UsageError) as raised:
-        parse_size(text)
-    assert str(raised.value) == f"--max-arena: {text!r} is not a size"
-    assert raised.value.hint is not None and "256K" in raised.value.hint
+# The size grammar itself (one for --max-arena and --max-memory): tests/cli/test_sizes.py.
 
 
 def test_a_bad_size_on_the_command_line_fails_before_compiling(
@@ -65,11 +52,10 @@ def test_no_limit_or_no_methods_always_pass() -> None:
 # --------------------------------------------------------------------------
 
 
-def summary_bytes(err: str) -> tuple[int, int]:
-    """(arena, lower bound) in bytes from the compile summary (both small: plain bytes)."""
-    match = re.search(r"  arena (\d+) B \(lower bound (\d+) B\)", err)
-    assert match is not None, err
-    return int(match[1]), int(match[2])
+def summary_bytes(out: str) -> tuple[int, int]:
+    """(arena, lower bound) in bytes from `compile --json`."""
+    facts = json.loads(out)
+    return facts["arena_bytes"], facts["arena_lower_bound_bytes"]
 
 
 def test_a_plan_over_the_limit_fails_and_writes_nothing(
@@ -79,13 +65,14 @@ def test_a_plan_over_the_limit_fails_and_writes_nothing(
     write(tmp_path, "mlp.py", MLP)
 
     # A limit well above the plan: compiles, and reports the planned arena.
-    code, _, err = run(capsys, "mlp.py", "-o", "roomy.pte", "--max-arena", "1M")
+    code, out, err = run(capsys, "mlp.py", "-o", "roomy.pte", "--max-arena", "1M", "--json")
     assert code == 0, err
-    arena, lower_bound = summary_bytes(err)
+    arena, lower_bound = summary_bytes(out)
     # A limit of exactly the plan fits.
-    code, _, err = run(capsys, "mlp.py", "-o", "exact.pte", "--max-arena", str(arena))
+    code, out, err = run(capsys, "mlp.py", "-o", "exact.pte", "--max-arena", str(arena),
+                         "--json")
     assert code == 0, err
-    assert summary_bytes(err) == (arena, lower_bound)
+    assert summary_bytes(out) == (arena, lower_bound)
 
     before = listing(tmp_path)
     code, out, err = run(capsys, "mlp.py", "-o", "tight.pte", "--max-arena", str(arena - 1))
@@ -121,7 +108,7 @@ def test_the_method_over_the_limit_is_named_with_sizes_at_the_shape_bounds() -> 
                                 torch.nn.Linear(8, 2)).eval()
     batch = torch.export.Dim("batch", min=2, max=64)
     methods = {"batched": (model, (torch.randn(4, 4),), ({0: batch},))}
-    options = CompileOptions(max_arena_bytes=parse_size("1K"))
+    options = CompileOptions(max_arena_bytes=1024)
 
     with pytest.raises(ArenaLimitError) as raised:
         # forward (batch 1) fits in 1 KiB; batched, planned for 64 rows, does not.
