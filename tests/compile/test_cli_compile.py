@@ -173,9 +173,9 @@ def test_verbose_lists_each_methods_operators(capsys: pytest.CaptureFixture[str]
     assert code == 0
     assert out == ""
     lines = err.splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     (plan,) = deserialize(pte.read_bytes()).execution_plan
-    assert lines[4] == (f"  method forward: {len(plan.values)} values, 2 operators: "
+    assert lines[5] == (f"  method forward: {len(plan.values)} values, 2 operators: "
                         "aten::addmm.out, aten::relu.out")
 
 
