@@ -37,11 +37,10 @@ def memory_text(arenas: list[dict[str, Any]]) -> str:
     the method (and arena id, when a method has several) when there are more."""
     if not arenas:
         return "no planned memory"
-    several_methods = len({a["method"] for a in arenas}) > 1
     parts = []
     for arena in arenas:
         where = ""
-        if several_methods or len(arenas) > 1:
+        if len(arenas) > 1:
             same_method = sum(a["method"] == arena["method"] for a in arenas)
             where = f"{arena['method']}" + (f" #{arena['arena']}" if same_method > 1 else "")
             where += ": "

@@ -10,7 +10,7 @@ import click
 
 from exirc.cli.stdio import is_stdio, read_stdin
 from exirc.cli.style import styler
-from exirc.inspector.describe import describe, program_shapes
+from exirc.inspector.describe import describe
 from exirc.inspector.lazy_json import write_json
 from exirc.inspector.memory_report import MethodMemory, memory_report
 from exirc.inspector.memory_report_text import render_memory
@@ -20,6 +20,7 @@ from exirc.inspector.size import size_report
 from exirc.inspector.size_text import render_size
 from exirc.serialize import read_program_file
 from exirc.serialize.reader import map_file
+from exirc.serialize.symbolic_shapes import stored_symbolic_shapes
 
 EPILOG = """\b
 Examples:
@@ -92,7 +93,7 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
     if "instructions" in views:
         program = program_file.program
         texts.append(instruction_lines(program.execution_plan, bold,
-                                       program_shapes(program), program))
+                                       stored_symbolic_shapes(program), program))
     if memory_text is not None:
         texts.append([memory_text])
     if size_text is not None:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from exirc.errors import InputError, UsageError
+from exirc.serialize.io_names import default_names
 from exirc.serialize.symbolic_shapes import (
     DimProblem,
     InputDims,
@@ -88,7 +89,8 @@ def _by_position(method: str, specs: Sequence[InputSpec],
     """`requested` keyed by input position; a name no input has, a scalar given a
     shape or a shape of the wrong rank is a usage error."""
     # Stored names first; `input_N` and N also reach input N, as in files without names.
-    names = {**{f"input_{i}": i for i in range(len(specs))},
+    positional = default_names(len(specs), 0).inputs
+    names = {**{name: i for i, name in enumerate(positional)},
              **{spec.name: i for i, spec in enumerate(specs)}}
     given: dict[int, tuple[int, ...]] = {}
     for key, shape in requested.items():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils import _pytree as pytree
 
-from exirc.serialize.io_names import MethodNames, usable
+from exirc.serialize.io_names import MethodNames, default_names, usable
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -24,15 +24,11 @@ def method_io_names(exported: ExportedProgram, inputs: list[str],
     """The names of a method's inputs (its input placeholders' names, given) and
     of its `output_count` outputs; None when there is nothing better than the
     defaults to store."""
+    defaults = default_names(len(inputs), output_count)
     outputs = output_names(exported.call_spec.out_spec, output_count)
-    if not usable(inputs):
-        inputs = [f"input_{i}" for i in range(len(inputs))]
-    default_outputs = [f"output_{i}" for i in range(output_count)]
-    if outputs is None or not usable(outputs):
-        outputs = default_outputs
-    if outputs == default_outputs and inputs == [f"input_{i}" for i in range(len(inputs))]:
-        return None
-    return MethodNames(inputs, outputs)
+    named = MethodNames(inputs if usable(inputs) else defaults.inputs,
+                        outputs if outputs is not None and usable(outputs) else defaults.outputs)
+    return None if named == defaults else named
 
 
 def output_names(spec: Any, count: int) -> list[str] | None:

@@ -35,23 +35,11 @@ FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1
 
 
-def program_io_names(program: P.Program) -> dict[str, io_names.MethodNames]:
-    """The input and output names exirc stores beside a program (none in other files)."""
-    data = program.named_segment(io_names.NAMED_DATA_KEY)
-    return io_names.decode(data) if data is not None else {}
-
-
-def program_shapes(program: P.Program) -> dict[str, MethodShapes]:
-    """The symbolic shapes exirc stores beside a program (none in other files)."""
-    data = program.named_segment(symbolic_shapes.NAMED_DATA_KEY)
-    return symbolic_shapes.decode(data) if data is not None else {}
-
-
 def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
     program = pf.program
     roles = segment_roles(program)
-    shapes = program_shapes(program)
-    names = program_io_names(program)
+    shapes = symbolic_shapes.stored_symbolic_shapes(program)
+    names = io_names.stored_io_names(program)
     modules = stored_module_paths(program)
     payloads = program_payloads(program)
     readers = weight_segments(program, payloads)

@@ -16,13 +16,6 @@ from exirc.serialize import io_names
 
 if TYPE_CHECKING:
     from exirc.runtime.method import Method
-    from exirc.serialize import program as P
-
-
-def stored_io_names(program: P.Program) -> dict[str, io_names.MethodNames]:
-    """Method name -> its stored names (a malformed segment is a FormatError)."""
-    data = program.named_segment(io_names.NAMED_DATA_KEY)
-    return io_names.decode(data) if data is not None else {}
 
 
 def name_inputs_and_outputs(method: Method, stored: dict[str, io_names.MethodNames]) -> None:

@@ -24,12 +24,13 @@ from exirc.runtime import argument_kinds, delegates
 from exirc.runtime import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
 from exirc.runtime import xnnpack as _xnnpack  # noqa: F401 (registers the XnnpackBackend)
 from exirc.runtime.delegates import BACKENDS, Backend, BackendRegistry
-from exirc.runtime.io_names import name_inputs_and_outputs, stored_io_names
+from exirc.runtime.io_names import name_inputs_and_outputs
 from exirc.runtime.kernels import KERNELS, Kernel, KernelRegistry, operator_key, outside_allowlist
 from exirc.runtime.method import DEFAULT_MAX_STEPS, Method
 from exirc.runtime.module_paths import name_modules
 from exirc.serialize import program as P
 from exirc.serialize import read_program_file, symbolic_shapes
+from exirc.serialize.io_names import stored_io_names
 from exirc.serialize.mapped_file import MappedFile, open_mapped
 from exirc.serialize.module_paths import stored_module_paths
 
@@ -103,7 +104,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
         argument_kinds.check_calls(plan, table, f"execution_plan[{i}]")  # before any kernel
     _check_memory(plans, max_memory)  # before allocating any of it
     modules = stored_module_paths(program)
-    shapes = _symbolic_shapes(program)
+    shapes = symbolic_shapes.stored_symbolic_shapes(program)
     stored_names = stored_io_names(program)
     shared = memory.allocate_shared_arenas(plans)
     methods = {}
@@ -121,12 +122,6 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
         methods[plan.name] = method
     name_modules(methods, plans, modules)
     return LoadedProgram(program, methods)
-
-
-def _symbolic_shapes(program: P.Program) -> dict[str, symbolic_shapes.MethodShapes]:
-    """The symbols exirc stored beside the program; none in other files."""
-    data = program.named_segment(symbolic_shapes.NAMED_DATA_KEY)
-    return symbolic_shapes.decode(data) if data is not None else {}
 
 
 def _map(path: str | os.PathLike[str]) -> MappedFile:

@@ -92,7 +92,7 @@ class Profile:
         return [{"chain": slot.site.chain, "index": slot.site.index, "op": slot.site.label,
                  "calls": slot.calls, "total_ms": slot.seconds * 1e3,
                  "share": slot.seconds / total, "source": slot.site.source,
-                 "module": getattr(slot.site, "module", "")}
+                 "module": slot.site.module}
                 for slot in self.instructions if slot.calls]
 
     def slowest(self, count: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ Each step has a `Site` alongside it: where the instruction is and what it
 runs, for messages and profiles, kept out of the step itself.
 
 Beside its step, each instruction but a jump has an action: the same work,
-for a chain with no jumps (`exirc.runtime.straight_line`), whose result is
+for a chain with no jumps (`Method._execute_straight`), whose result is
 ignored; for a plain KernelCall, a faster call than its step (`binding.Bound`).
 """
 

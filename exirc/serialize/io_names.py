@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exirc.serialize import json_segment
+from exirc.serialize import program as P
 
 NAMED_DATA_KEY = "exirc.io_names"  # a key in files: never renamed
 FORMAT_VERSION = 1
@@ -51,6 +52,13 @@ def default_names(inputs: int, outputs: int) -> MethodNames:
 def usable(names: Sequence[str]) -> bool:
     """Whether every name is a valid, distinct name (else the defaults are used)."""
     return len(set(names)) == len(names) and all(_NAME.fullmatch(n) for n in names)
+
+
+def stored_io_names(program: P.Program) -> dict[str, MethodNames]:
+    """Method name -> the names a program stores (none in other files); a
+    malformed segment is a FormatError."""
+    data = program.named_segment(NAMED_DATA_KEY)
+    return decode(data) if data is not None else {}
 
 
 def encode(methods: Mapping[str, MethodNames]) -> bytes:

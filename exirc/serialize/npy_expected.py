@@ -24,6 +24,7 @@ from typing import Any
 import numpy
 
 from exirc.errors import InputError
+from exirc.serialize.io_names import default_names
 from exirc.serialize.npy_header import Header
 from exirc.serialize.symbolic_shapes import (
     Dim,
@@ -93,7 +94,7 @@ class ExpectedArrays:
         expected = [array.name for array in self.arrays]
         if sorted(keys) == sorted(expected):
             return list(keys)
-        positional = {f"input_{i}": name for i, name in enumerate(expected)}
+        positional = dict(zip(default_names(len(expected), 0).inputs, expected))
         if sorted(keys) == sorted(positional):
             return [positional[key] for key in keys]
         raise InputError(

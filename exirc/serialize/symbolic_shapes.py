@@ -22,6 +22,7 @@ from typing import Any
 
 from exirc.errors import InputError
 from exirc.serialize import json_segment
+from exirc.serialize import program as P
 
 NAMED_DATA_KEY = "exirc.symbolic_shapes"  # a key in files: never renamed
 FORMAT_VERSION = 1
@@ -73,6 +74,13 @@ def encode(methods: Mapping[str, MethodShapes]) -> bytes:
         }
         for name, shapes in methods.items()
     }}, FORMAT_VERSION)
+
+
+def stored_symbolic_shapes(program: P.Program) -> dict[str, MethodShapes]:
+    """Method name -> the symbolic shapes a program stores (none in other
+    files); a malformed segment is a FormatError."""
+    data = program.named_segment(NAMED_DATA_KEY)
+    return decode(data) if data is not None else {}
 
 
 def decode(data: bytes | memoryview) -> dict[str, MethodShapes]:
