@@ -38,3 +38,12 @@ def import_plugin(plugin: str, what: str = "plugin") -> None:
         raise UsageError(f"cannot import the {what} {plugin!r}: {error}",
                          hint="give a module name on PYTHONPATH, or the path of a .py file"
                          ) from None
+    except (UsageError, MemoryError):  # typed already, or reported as memory by the app
+        raise
+    except Exception as error:  # noqa: BLE001 (the user's module failed while importing)
+        from exirc.capture.messages import first_line
+
+        raise UsageError(f"importing the {what} {plugin!r} failed: "
+                         f"{type(error).__name__}: {first_line(error)}",
+                         hint="fix the module (run `python -c 'import MODULE'` to see the "
+                              "traceback), or rerun with --debug") from error

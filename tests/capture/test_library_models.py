@@ -130,3 +130,12 @@ def test_long_messages_are_cut_between_sentences_or_words(text: str, limit: int,
                                                           expected: str) -> None:
     assert shorten(text, limit) == expected
     assert len(shorten(text, limit)) <= limit
+
+
+def test_a_module_that_fails_while_importing_is_a_usage_error(archive: Path) -> None:
+    (archive / "broken.py").write_text('raise RuntimeError("boom in my module")\n')
+    ran = exirc("compile", "scorer.pt2", "--import", "broken.py", "-o", "s.pte", cwd=archive)
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.startswith("error[E0200]: importing the module given to --import "
+                                 "'broken.py' failed: RuntimeError: boom in my module")
+    assert "Traceback" not in ran.stderr and not (archive / "s.pte").exists()
