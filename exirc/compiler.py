@@ -185,7 +185,22 @@ def compile_methods(methods: dict[str, ExportedProgram],
     data = serialize(program)                         # program model -> .pte bytes
     report.stage_seconds["serialize"] = time.perf_counter() - started
     _fill_report(report, program, planned, len(data))
+    _dump_program(instrument, program)
     return CompileResult(program, data, report, planned, emitted.instruction_nodes)
+
+
+def _dump_program(instrument: Instrumentation, program: P.Program) -> None:
+    """A --dump-dir ends with what the compile made: the memory plan and the listing."""
+    if instrument.dump_dir is None:
+        return
+    from exirc.inspector.dump_pages import listing_text, memory_plan_page
+    from exirc.passes.dump_index import DumpFile
+
+    instrument.add_dump_files([
+        (DumpFile("memory plan (as `exirc inspect --memory-plan`)", "memory-plan.html"),
+         memory_plan_page(program, title="the compiled program")),
+        (DumpFile("final program (as `exirc inspect --show instructions`)", "program.txt"),
+         listing_text(program))])
 
 
 def _registered(kernels: KernelRegistry | None) -> frozenset[str]:

@@ -73,9 +73,12 @@ Pass debugging (printed on stderr; the flags combine):
                            a warning); --print-ir-after-all includes these
   --print-ir-diff          a unified diff per pass that changed the graph;
                            with either flag above, the graph and then its diff
-  --dump-dir DIR           files: the graph after every pass, NN.*.diff per
-                           changing pass, index.txt and index.html (passes,
-                           node counts before/after, changed, milliseconds)
+  --dump-dir DIR           files: the captured graph, the graph after every
+                           pass, NN.*.diff (and coloured .diff.html) per
+                           changing pass, memory-plan.html and program.txt
+                           (the final listing) once compiled, index.txt and
+                           index.html (links to all of them; passes, node
+                           counts before/after, changed, milliseconds)
 """
 
 
@@ -109,8 +112,9 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
 @click.option("--print-ir-diff", is_flag=True,
               help="Print a unified diff of the graph for each pass that changed it.")
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write the graph after every pass, a diff per changing pass and an index "
-                   "(index.txt, index.html) to this directory.")
+              help="Write the captured graph, the graph after every pass, a diff per "
+                   "changing pass (text and coloured HTML), the memory plan, the final "
+                   "listing and an index (index.txt, index.html) to this directory.")
 @click.option("--max-arena", "max_arena", metavar="SIZE", callback=size_option,
               help="Fail if a method's planned memory arena needs more than SIZE. "
                    + SIZE_HELP)

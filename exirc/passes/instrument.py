@@ -5,8 +5,10 @@ Instrumentation is what a compiler engineer asks for when a pass misbehaves:
     --print-ir-after-all     the graph after every pass
     --print-ir-after-change  the graph after each pass that changed it
     --print-ir-diff          a unified diff of each pass that changed the graph
-    --dump-dir DIR           one file per pass, a .diff per changing pass, and
-                             index.txt / index.html: passes, node counts, timings
+    --dump-dir DIR           the captured graph, one file per pass, a .diff (and a
+                             coloured .diff.html) per changing pass, the memory
+                             plan and final listing once the compile ends, and
+                             index.txt / index.html: files, passes, node counts, timings
     --time-passes            a table of pass timings
 
 "Changed" means the readable graph text (`print_readable`, which includes the
@@ -26,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from exirc.passes.dump_index import index_html, index_text
+from exirc.passes.dump_diff_html import diff_html
+from exirc.passes.dump_index import DumpFile, index_html, index_text
 from exirc.passes.record import PassRecord
 from exirc.serialize.files import write_error
 
@@ -42,6 +45,8 @@ class Instrumentation:
     records: list[PassRecord] = field(default_factory=list)
     print_ir_after_change: bool = False
     print_ir_diff: bool = False
+    # The dump directory's files beyond the passes' own (captured graphs, ...).
+    dump_files: list[DumpFile] = field(default_factory=list)
     # The graph text before the next pass (that is, after the previous one).
     _previous_text: str | None = field(default=None, init=False, repr=False)
 
@@ -53,9 +58,14 @@ class Instrumentation:
     def needs_text(self) -> bool:
         return self.prints or self.dump_dir is not None
 
-    def begin_method(self, program: ExportedProgram) -> None:
-        """Remember the graph before a method's first pass (the first diff's left side)."""
+    def begin_method(self, program: ExportedProgram, method: str = "forward") -> None:
+        """Remember the graph before a method's first pass (the first diff's left
+        side); a dump keeps it as the method's captured graph."""
         self._previous_text = graph_text(program) if self.needs_text else None
+        if self.dump_dir is not None and self._previous_text is not None:
+            self.add_dump_files([(DumpFile(f"{method}: captured graph (ATen dialect, before "
+                                           "the first pass)", f"{_safe(method)}.00.captured.txt"),
+                                  f"# captured {method}\n{self._previous_text}")])
 
     def after_pass(self, record: PassRecord, program: ExportedProgram) -> None:
         self.records.append(record)
@@ -80,17 +90,28 @@ class Instrumentation:
             self._dump(record, f"{header}\n{text}", diff, self.dump_dir)
 
     def _dump(self, record: PassRecord, text: str, diff: str, directory: Path) -> None:
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", record.name)
-        stem = f"{record.method}.{len(self.records):02d}.{record.stage}.{safe}"
+        stem = f"{record.method}.{len(self.records):02d}.{record.stage}.{_safe(record.name)}"
         record.dump_file = f"{stem}.txt"
         files = {record.dump_file: text}
         if diff:
-            record.diff_file = f"{stem}.diff"
+            record.diff_file, record.diff_page = f"{stem}.diff", f"{stem}.diff.html"
             files[record.diff_file] = diff + "\n"
-        # Rewritten after every pass, so a compile that fails part way still
-        # leaves an index of the passes that ran.
-        files["index.txt"] = index_text(self.records)
-        files["index.html"] = index_html(self.records)
+            files[record.diff_page] = diff_html(diff, title=f"{record.label}: diff")
+        self._write(directory, files)
+
+    def add_dump_files(self, files: list[tuple[DumpFile, str]]) -> None:
+        """Write files beside the passes' dumps (each a DumpFile and its text) and
+        list them in the index; nothing without a dump directory."""
+        if self.dump_dir is None:
+            return
+        self.dump_files.extend(f for f, _ in files)
+        self._write(self.dump_dir, {f.name: text for f, text in files})
+
+    def _write(self, directory: Path, files: dict[str, str]) -> None:
+        # The index is rewritten with every write, so a compile that fails part
+        # way still leaves an index of what ran.
+        files = {**files, "index.txt": index_text(self.records, self.dump_files),
+                 "index.html": index_html(self.records, self.dump_files)}
         target = directory
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -110,6 +131,11 @@ class Instrumentation:
                          f"{'yes' if r.changed else 'no'}")
         lines.append(f"{'':<10} {'total':<8} {'':<28} {total * 1e3:>9.2f}")
         return "\n".join(lines)
+
+
+def _safe(name: str) -> str:
+    """`name` as part of a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 def graph_text(program: ExportedProgram) -> str:

@@ -19,6 +19,7 @@ class PassRecord:
     graph_changed: bool | None = None
     dump_file: str | None = None  # names inside the dump directory
     diff_file: str | None = None
+    diff_page: str | None = None  # the diff as coloured HTML
 
     @property
     def label(self) -> str:

@@ -61,7 +61,7 @@ def run_pipeline(program: ExportedProgram, pipeline: Pipeline, *, method: str,
                  verifiers: dict[str, Verifier], instrument: Instrumentation,
                  stage_seconds: dict[str, float]) -> ExportedProgram:
     """Run every stage's passes in order; each stage's verifier after it."""
-    instrument.begin_method(program)
+    instrument.begin_method(program, method)
     for stage in STAGES:
         started = time.perf_counter()
         for p in pipeline.stages.get(stage, []):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import html
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +21,14 @@ import torch
 
 from exirc.capture import MethodSource, capture
 from exirc.cli.app import main
-from exirc.compiler import CompileOptions, compile_module
+from exirc.compiler import CompileOptions, CompileResult, compile_module
+from exirc.plan.limits import ArenaLimitError
+from exirc.inspector.memory_report import memory_report
+from exirc.inspector.memory_report_html import memory_plan_html
+from exirc.inspector.render import render_instructions
+from exirc.passes.instrument import graph_text
 from exirc.passes.runner import Instrumentation, PassRecord
+from exirc.serialize.symbolic_shapes import stored_symbolic_shapes
 from tests.passes.test_pipeline import compile_with, portable_with
 from tests.plugin_modules import plugin_module
 
@@ -40,22 +47,24 @@ class Debugged:
     records: list[PassRecord]
     err: str
     dump: Path
+    result: CompileResult
 
 
-def compile_tiny(**options: object) -> tuple[list[PassRecord], str]:
-    """Compile the tiny MLP with `options`; its pass records and what went to stderr."""
+def compile_tiny(**options: object) -> tuple[CompileResult, str]:
+    """Compile the tiny MLP with `options`; the result and what went to stderr."""
     stream = io.StringIO()
     with contextlib.redirect_stderr(stream):  # the instrumentation prints to sys.stderr
         result = compile_module(tiny_mlp(), INPUTS, options=CompileOptions(**options))  # type: ignore[arg-type]
     assert result.report.instrument is not None
-    return result.report.instrument.records, stream.getvalue()
+    return result, stream.getvalue()
 
 
 @pytest.fixture(scope="module")
 def debugged(tmp_path_factory: pytest.TempPathFactory) -> Debugged:
     dump = tmp_path_factory.mktemp("ir")
-    records, err = compile_tiny(print_ir_after_change=True, print_ir_diff=True, dump_dir=dump)
-    return Debugged(records, err, dump)
+    result, err = compile_tiny(print_ir_after_change=True, print_ir_diff=True, dump_dir=dump)
+    assert result.report.instrument is not None
+    return Debugged(result.report.instrument.records, err, dump, result)
 
 
 def after_headers(err: str) -> list[str]:
@@ -137,7 +146,9 @@ def test_diff_shows_what_views_to_copies_and_to_out_variants_changed(
 
 
 def test_after_all_with_diff_prints_each_graph_then_its_diff() -> None:
-    records, err = compile_tiny(print_ir_after_all=True, print_ir_diff=True)
+    result, err = compile_tiny(print_ir_after_all=True, print_ir_diff=True)
+    assert result.report.instrument is not None
+    records = result.report.instrument.records
     assert after_headers(err) == [f"{label(r)} (forward)" for r in records]
     assert list(diffs(err)) == [label(r) for r in records if r.graph_changed]
     # The graph after a pass comes before its diff, and the diff before the next pass.
@@ -241,7 +252,7 @@ class _TableCells(HTMLParser):
             self.rows.append([])
         elif tag == "td":
             self.rows[-1].append("")
-        elif tag == "a":
+        elif tag == "a" and "td" in self.tags:  # not the file list above the table
             self.rows[-1][-1] = dict(attrs)["href"] or ""
 
     def handle_endtag(self, tag: str) -> None:
@@ -271,8 +282,97 @@ def test_index_lists_every_pass_in_order_with_node_counts(debugged: Debugged) ->
     assert int(rows[0][4]) == len(exported.graph_module.graph.nodes)
     assert all(rows[i][4] == rows[i - 1][5] for i in range(1, len(rows)))
     names = {p.name for p in debugged.dump.iterdir()}
-    assert names == {"index.txt", "index.html"} | {r[9] for r in rows} | \
-        {r[10] for r in rows if r[10] != "-"}
+    diffs = {r[10] for r in rows if r[10] != "-"}
+    assert names == {"index.txt", "index.html", *OTHER_FILES.values()} | \
+        {r[9] for r in rows} | diffs | {f"{d}.html" for d in diffs}
+
+
+# The files a dump holds beside the passes' own, by what the index calls them.
+OTHER_FILES = {
+    "forward: captured graph (ATen dialect, before the first pass)": "forward.00.captured.txt",
+    "memory plan (as `exirc inspect --memory-plan`)": "memory-plan.html",
+    "final program (as `exirc inspect --show instructions`)": "program.txt",
+}
+
+
+def index_files(dump: Path) -> dict[str, str]:
+    """index.txt's `# label: file` lines, before the table."""
+    found = {}
+    for line in (dump / "index.txt").read_text().splitlines():
+        if line.startswith("# exirc pass dump"):
+            return found
+        label, _, name = line.removeprefix("# ").rpartition(": ")
+        found[label] = name
+    raise AssertionError("index.txt has no table")
+
+
+def test_index_links_the_captured_graph_the_memory_plan_and_the_final_listing(
+        debugged: Debugged) -> None:
+    assert index_files(debugged.dump) == OTHER_FILES
+    text = (debugged.dump / "index.html").read_text()
+    for label, name in OTHER_FILES.items():
+        assert f'<li>{html.escape(label)}: <a href="{name}">{name}</a></li>' in text
+
+
+def test_the_captured_graph_is_the_first_diffs_left_side(debugged: Debugged) -> None:
+    captured = (debugged.dump / "forward.00.captured.txt").read_text().splitlines()
+    assert captured[0] == "# captured forward"
+    exported = capture(MethodSource("forward", tiny_mlp(), INPUTS, None, None, "<module>"))
+    assert captured[1:] == graph_text(exported).splitlines()
+    first = index_rows(debugged.dump)[0]
+    assert first[10] != "-"  # to_edge changes the graph
+    after = (debugged.dump / first[9]).read_text().splitlines()[1:]
+    assert (debugged.dump / first[10]).read_text().splitlines()[2:] == list(
+        difflib.unified_diff(captured[1:], after, lineterm=""))[2:]
+
+
+def test_the_final_listing_and_memory_plan_are_inspects(debugged: Debugged) -> None:
+    program = debugged.result.program
+    assert (debugged.dump / "program.txt").read_text() == render_instructions(
+        program.execution_plan, str, stored_symbolic_shapes(program), program) + "\n"
+    assert "aten::addmm.out" in (debugged.dump / "program.txt").read_text()
+    page = (debugged.dump / "memory-plan.html").read_text()
+    assert page == memory_plan_html(memory_report(program), title="the compiled program")
+    assert "largest" in page
+
+
+def test_each_diff_has_a_coloured_page_with_the_same_lines(debugged: Debugged) -> None:
+    classes = {"+": "add", "-": "del", "@": "hunk", " ": "context"}
+    pages = 0
+    for row in index_rows(debugged.dump):
+        if row[10] == "-":
+            continue
+        lines = (debugged.dump / row[10]).read_text().splitlines()
+        page = _DiffLines()
+        page.feed((debugged.dump / f"{row[10]}.html").read_text())
+        assert [text for _, text in page.lines] == [line or " " for line in lines]
+        expected = ["file", "file", *(classes[line[:1] or " "] for line in lines[2:])]
+        assert [kind for kind, _ in page.lines] == expected
+        assert {"add", "del"} & set(expected)
+        pages += 1
+    assert pages >= 2
+
+
+class _DiffLines(HTMLParser):
+    """A diff page's lines: each <span>'s class and text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[str, str]] = []
+        self.inside = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "span":
+            self.lines.append((dict(attrs)["class"] or "", ""))
+            self.inside = True
+
+    def handle_endtag(self, tag: str) -> None:
+        self.inside = self.inside and tag != "span"
+
+    def handle_data(self, data: str) -> None:
+        if self.inside:
+            kind, text = self.lines[-1]
+            self.lines[-1] = (kind, text + data)
 
 
 def test_index_html_is_the_same_table_with_links(debugged: Debugged) -> None:
@@ -282,7 +382,20 @@ def test_index_html_is_the_same_table_with_links(debugged: Debugged) -> None:
     table.feed(text)
     header, *rows = table.rows
     assert header == []  # <th> cells
-    assert rows == index_rows(debugged.dump)
+    # The same cells, but a diff links its coloured page.
+    assert rows == [[*row[:10], row[10] if row[10] == "-" else f"{row[10]}.html"]
+                    for row in index_rows(debugged.dump)]
+
+
+def test_a_failed_compile_leaves_an_index_of_what_ran(tmp_path: Path) -> None:
+    with pytest.raises(ArenaLimitError):
+        compile_tiny(dump_dir=tmp_path, max_arena_bytes=16)
+    assert index_files(tmp_path) == {
+        "forward: captured graph (ATen dialect, before the first pass)":
+            "forward.00.captured.txt"}
+    rows = index_rows(tmp_path)
+    assert rows and rows[-1][3] == "memory_plan"
+    assert not (tmp_path / "program.txt").exists()
 
 
 def test_dumped_diffs_are_the_printed_diffs_of_consecutive_dumps(debugged: Debugged) -> None:
@@ -370,4 +483,4 @@ def test_help_documents_the_flags_and_how_they_combine(
                  "--dump-dir", "--max-arena SIZE"):
         assert flag in out
     assert "with either flag above, the graph and then its diff" in out
-    assert "index.txt and index.html" in out
+    assert "index.txt and\n" in out and "memory-plan.html and program.txt" in out

@@ -353,9 +353,9 @@ def test_dump_dir_writes_one_file_per_pass(capsys: pytest.CaptureFixture[str],
                    if p.name.startswith("forward.") and p.suffix == ".txt")
     expected_passes = [(stage, pass_label(p)) for stage, passes in
                        load_pipeline("exirc").stages.items() for p in passes]
-    assert names == [f"forward.{i:02d}.{stage}.{name}.txt"
-                     for i, (stage, name) in enumerate(expected_passes, start=1)]
-    for name, (stage, pass_name) in zip(names, expected_passes):
+    assert names == ["forward.00.captured.txt", *(f"forward.{i:02d}.{stage}.{name}.txt"
+                     for i, (stage, name) in enumerate(expected_passes, start=1))]
+    for name, (stage, pass_name) in zip(names[1:], expected_passes):
         text = (dump / name).read_text()
         assert text.startswith(f"# after {stage}/{pass_name} (forward)\n")
         assert "def forward(self" in text
