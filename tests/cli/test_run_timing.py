@@ -20,7 +20,6 @@ import numpy
 import pytest
 
 from exirc.serialize.writer import serialize
-from tests.programs import add_constant_program
 from tests.runtime.test_interpreter import loop_program
 
 STATISTICS = ["mean_ms", "std_ms", "min_ms", "median_ms", "p90_ms", "max_ms"]
@@ -32,13 +31,6 @@ LOOP_CALLS = {"aten::mul.Scalar_out": 1, "aten::add.out": 3, "move": 3,
 def exirc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
                           text=True, timeout=120, cwd=cwd, env={**os.environ, "NO_COLOR": "1"})
-
-
-@pytest.fixture()
-def add_pte(tmp_path: Path) -> Path:
-    path = tmp_path / "add.pte"
-    path.write_bytes(serialize(add_constant_program()))
-    return path
 
 
 @pytest.fixture()

@@ -13,7 +13,7 @@ from exirc.cli.app import main
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from tests.oracle import executorch_pte, requires_executorch, run_with_executorch
-from tests.programs import add_constant_program, control_flow_program, index_out_of_range_program
+from tests.programs import control_flow_program, index_out_of_range_program
 from tests.runtime.test_interpreter import build, loop_program, planned
 
 W = numpy.array([[0.5, -1.0, 2.0], [3.5, 0.0, -0.25]], dtype=numpy.float32)
@@ -23,13 +23,6 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(["run", *args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-@pytest.fixture()
-def add_pte(tmp_path: Path) -> Path:
-    path = tmp_path / "add.pte"
-    path.write_bytes(serialize(add_constant_program()))
-    return path
 
 
 @pytest.fixture()
