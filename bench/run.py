@@ -28,15 +28,32 @@ SECTIONS = ["bench.serialization", "bench.overhead", "bench.runtime", "bench.com
             "bench.side_by_side"]
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
+def format_table(rows: list[dict[str, Any]], *, width: int = 120, keys: int = 2) -> str:
+    """The rows as an aligned table; one wider than `width` characters is cut
+    into blocks of columns, each repeating the first `keys` columns (the
+    model, the thread count) so that a block can be read on its own."""
     if not rows:
         return "  (no rows)"
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-    lines.append("  " + "  ".join("-" * w for w in widths))
-    lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells]
+    cells = {c: [_cell(row.get(c)) for row in rows] for c in columns}
+    widths = {c: max(len(c), *(len(v) for v in cells[c])) for c in columns}
+    key_columns, rest = columns[:keys], columns[keys:]
+    blocks: list[list[str]] = []
+    used = sum(widths[c] + 2 for c in key_columns)
+    for column in rest:
+        if not blocks or (used + widths[column] + 2 > width and len(blocks[-1]) > keys):
+            blocks.append(list(key_columns))
+            used = sum(widths[c] + 2 for c in key_columns)
+        blocks[-1].append(column)
+        used += widths[column] + 2
+    lines: list[str] = []
+    for block in blocks or [key_columns]:
+        if lines:
+            lines.append("")
+        lines.append("  " + "  ".join(c.ljust(widths[c]) for c in block))
+        lines.append("  " + "  ".join("-" * widths[c] for c in block))
+        lines += ["  " + "  ".join(cells[c][i].rjust(widths[c]) for c in block)
+                  for i in range(len(rows))]
     return "\n".join(lines)
 
 
