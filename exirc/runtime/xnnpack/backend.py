@@ -5,6 +5,10 @@ the weights, and compiles the graph (`compile.compile_graph` checks its
 semantics); every problem with the file is found there, as a `FormatError`,
 or as an `UnsupportedOperatorError` for what we do not implement. `execute`
 (`run.execute`) then only follows the compiled closures.
+
+A delegate the ONNX form takes whole (`onnx_graph`) runs on onnxruntime when
+it is installed (`onnx_engine.choose_engine`, EXIRC_XNNPACK_ENGINE): from the
+same checked graph, with the torch path kept for calls the session cannot take.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from exirc.runtime.xnnpack.compile import CompiledGraph, compile_graph
 from exirc.runtime.xnnpack.constants import ConstantSource
+from exirc.runtime.xnnpack.onnx_engine import OnnxDelegate, choose_engine
 from exirc.runtime.xnnpack.run import execute
 from exirc.serialize.xnnpack.graph import XnnpackBlob
 from exirc.serialize.xnnpack.reader import deserialize_blob
@@ -29,9 +34,10 @@ class XnnpackBackend:
     """The backend behind DelegateCalls whose delegate id is `XnnpackBackend`."""
 
     def init(self, processed: bytes | memoryview, compile_specs: Sequence[P.CompileSpec],
-             context: BackendInitContext | None = None) -> CompiledGraph:
-        """Read, check and compile one payload (once, at load)."""
-        return self.prepare(deserialize_blob(processed), context)
+             context: BackendInitContext | None = None) -> CompiledGraph | OnnxDelegate:
+        """Read, check and compile one payload (once, at load), for the engine chosen."""
+        blob = deserialize_blob(processed)
+        return choose_engine(blob.graph, self.prepare(blob, context))
 
     def prepare(self, blob: XnnpackBlob, context: BackendInitContext | None = None
                 ) -> CompiledGraph:
@@ -41,9 +47,12 @@ class XnnpackBackend:
         return compile_graph(blob.graph, ConstantSource(blob.graph, blob.constant_region,
                                                         named, where))
 
-    def execute(self, handle: CompiledGraph, args: list[Any]) -> None:
+    def execute(self, handle: CompiledGraph | OnnxDelegate, args: list[Any]) -> None:
         """Run on the DelegateCall's arguments (inputs, then outputs written in place)."""
-        execute(handle, args)
+        if isinstance(handle, OnnxDelegate):
+            handle.execute(args)
+        else:
+            execute(handle, args)
 
 
 def register(registry: BackendRegistry) -> None:
