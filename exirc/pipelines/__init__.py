@@ -15,6 +15,7 @@ from pathlib import Path
 
 from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
+from exirc.backend.lstm import KeepLstm
 from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
 from exirc.edge.constant_fold import ConstantFold
@@ -36,7 +37,7 @@ from exirc.targets import DEFAULT_TARGET
 
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
-    ToEdge, RemoveAssertions, ViewsToCopies, ScalarsToTensors, RemoveNoopCopies,
+    KeepLstm, ToEdge, RemoveAssertions, ViewsToCopies, ScalarsToTensors, RemoveNoopCopies,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, Fuse, QuantFusion,
     WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,

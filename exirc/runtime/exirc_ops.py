@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from exirc.runtime.recurrent_kernels import RECURRENT_KERNELS
+
 ADDMM_RELU_SCHEMA = ("exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, "
                      "Tensor(a!) out) -> Tensor(a!)")
 
@@ -26,5 +28,6 @@ def addmm_relu_out(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *
     return out.relu_()
 
 
-OWN_KERNELS: dict[str, Callable[..., Any]] = {ADDMM_RELU_SCHEMA: addmm_relu_out}
+OWN_KERNELS: dict[str, Callable[..., Any]] = {ADDMM_RELU_SCHEMA: addmm_relu_out,
+                                              **RECURRENT_KERNELS}
 """Schema -> kernel, for `exirc.runtime.kernels` to register."""
