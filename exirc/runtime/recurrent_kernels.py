@@ -5,10 +5,11 @@ each paying the interpreter's dispatch; `--target exirc` keeps the call whole
 (`exirc.backend.lstm`) and this kernel runs it with `torch.lstm`, as eager
 PyTorch does. Its arguments come from a file, so the kernel checks what
 torch's own checks leave open before anything is written: inference only,
-one dtype, the parameter count of the layers and directions it is told, and
-outs of exactly the sizes and dtype the LSTM makes (they are planned memory:
-never resized). torch itself refuses weights and states whose sizes do not
-chain. Any refusal is an `ExecutionError`.
+one dtype, the parameter count of the layers and directions it is told, the
+size of every state and weight (torch's CPU LSTM does not check them all:
+weights of the wrong width run, reading what they should not), and outs of
+exactly the sizes and dtype the LSTM makes (planned memory: never resized).
+Any refusal is an `ExecutionError`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _fail(message: str) -> NoReturn:
 
 def _check_lstm(input: torch.Tensor, hx: Sequence[torch.Tensor],
                 params: Sequence[torch.Tensor], has_biases: bool, num_layers: int,
-                train: bool, bidirectional: bool) -> None:
+                train: bool, bidirectional: bool, batch_first: bool) -> None:
     if train:
         _fail("train is true: the kernel runs inference only")
     if input.dtype not in (torch.float32, torch.float64):
@@ -50,6 +51,35 @@ def _check_lstm(input: torch.Tensor, hx: Sequence[torch.Tensor],
         for k, tensor in enumerate(tensors):
             if tensor.dtype != input.dtype:
                 _fail(f"{label}[{k}] is {tensor.dtype}, but input is {input.dtype}")
+    _check_sizes(input, hx, params, has_biases, num_layers, bidirectional, batch_first)
+
+
+def _check_sizes(input: torch.Tensor, hx: Sequence[torch.Tensor],
+                 params: Sequence[torch.Tensor], has_biases: bool, num_layers: int,
+                 bidirectional: bool, batch_first: bool) -> None:
+    """Every state and weight of the size the input and the hidden size make."""
+    directions = 2 if bidirectional else 1
+    if hx[0].dim() != input.dim():
+        _fail(f"hx[0] has {hx[0].dim()} dims, but input has {input.dim()}")
+    hidden = hx[0].shape[-1]
+    # (layers x directions, batch, hidden); unbatched: no batch dim.
+    batch = [] if input.dim() == 2 else [input.shape[0 if batch_first else 1]]
+    state = [num_layers * directions, *batch, hidden]
+    for k, tensor in enumerate(hx):
+        if list(tensor.shape) != state:
+            _fail(f"hx[{k}] has shape {list(tensor.shape)}, expected {state}")
+    per_direction = 4 if has_biases else 2
+    width = input.shape[-1]
+    for layer in range(num_layers):
+        for direction in range(directions):
+            first = (layer * directions + direction) * per_direction
+            expected = [[4 * hidden, width], [4 * hidden, hidden]]
+            expected += [[4 * hidden], [4 * hidden]] if has_biases else []
+            for k, sizes in enumerate(expected, start=first):
+                if list(params[k].shape) != sizes:
+                    _fail(f"params[{k}] has shape {list(params[k].shape)}, expected {sizes} "
+                          f"(layer {layer}, direction {direction}, hidden size {hidden})")
+        width = directions * hidden
 
 
 def lstm_out(input: torch.Tensor, hx: Sequence[torch.Tensor], params: Sequence[torch.Tensor],
@@ -57,7 +87,7 @@ def lstm_out(input: torch.Tensor, hx: Sequence[torch.Tensor], params: Sequence[t
              bidirectional: bool, batch_first: bool, *, out0: torch.Tensor,
              out1: torch.Tensor, out2: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(output, h_n, c_n) of `torch.lstm` in inference, copied into the outs."""
-    _check_lstm(input, hx, params, has_biases, num_layers, train, bidirectional)
+    _check_lstm(input, hx, params, has_biases, num_layers, train, bidirectional, batch_first)
     try:
         results = torch.lstm(input, list(hx), list(params), bool(has_biases), num_layers,
                              0.0, False, bool(bidirectional), bool(batch_first))
