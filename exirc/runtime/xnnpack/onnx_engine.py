@@ -113,6 +113,11 @@ class OnnxDelegate:
     input_names: list[str]
     output_names: list[str]
     _sessions: dict[int, Any] = field(default_factory=dict)
+    # The last call's binding and what it was made for (thread count, addresses):
+    # a method's planned memory gives the same addresses call after call, and a
+    # reused binding saves ~8 us a call against binding afresh.
+    _binding: Any = None
+    _bound_for: tuple[int, ...] = ()
 
     def session(self) -> Any:
         """The session for torch's current thread count (made once per count)."""
@@ -129,16 +134,11 @@ class OnnxDelegate:
         if bound is None:
             execute_on_torch(graph, args)
             return
-        inputs, outputs = bound
-        session = self.session()
-        binding = session.io_binding()
-        # Shapes as declared: a 0-d tensor is bound as XNNPACK's [1] (same 4 bytes).
-        for name, external, tensor in zip(self.input_names, graph.inputs, inputs):
-            binding.bind_input(name, "cpu", 0, _FLOAT32, external.dims, tensor.data_ptr())
-        for name, external, tensor in zip(self.output_names, graph.outputs, outputs):
-            binding.bind_output(name, "cpu", 0, _FLOAT32, external.dims, tensor.data_ptr())
+        key = (torch.get_num_threads(), *(t.data_ptr() for t in bound))
+        if key != self._bound_for:
+            self._binding, self._bound_for = self._new_binding(bound), key
         try:
-            session.run_with_iobinding(binding)
+            self._binding.run()
         except ExircError:
             raise
         except Exception as error:  # noqa: BLE001 (ORT's own checks: the call's fault)
@@ -146,11 +146,31 @@ class OnnxDelegate:
                              f"{type(error).__name__}: {_first_line(error)}",
                              hint=f"set {ENGINE_VARIABLE}=torch to run it on torch") from error
 
+    def _new_binding(self, tensors: list[torch.Tensor]) -> _Binding:
+        """ORT's IOBinding of the (checked) tensors, in argument order: inputs then outputs."""
+        session, graph = self.session(), self.fallback
+        binding = session.io_binding()
+        count = len(graph.inputs)
+        # Shapes as declared: a 0-d tensor is bound as XNNPACK's [1] (same 4 bytes).
+        for name, external, tensor in zip(self.input_names, graph.inputs, tensors[:count]):
+            binding.bind_input(name, "cpu", 0, _FLOAT32, external.dims, tensor.data_ptr())
+        for name, external, tensor in zip(self.output_names, graph.outputs, tensors[count:]):
+            binding.bind_output(name, "cpu", 0, _FLOAT32, external.dims, tensor.data_ptr())
+        return _Binding(session, binding)
 
-def _bind(graph: CompiledGraph, args: list[Any]
-          ) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
-    """The inputs and outputs as tensors ORT may read and write in place, or None
-    when the call is not exactly what the model declares (the torch path takes it)."""
+
+@dataclass(frozen=True)
+class _Binding:
+    session: Any
+    binding: Any
+
+    def run(self) -> None:
+        self.session.run_with_iobinding(self.binding)
+
+
+def _bind(graph: CompiledGraph, args: list[Any]) -> list[torch.Tensor] | None:
+    """The inputs then the outputs, as tensors ORT may read and write in place, or
+    None when the call is not exactly what the model declares (the torch path takes it)."""
     if len(args) != graph.num_args:
         return None
     inputs = []
@@ -172,7 +192,7 @@ def _bind(graph: CompiledGraph, args: list[Any]
         outputs.append(arg)
     if _overlap(inputs, outputs):
         return None
-    return inputs, outputs
+    return inputs + outputs
 
 
 def _plain(arg: Any, dims: tuple[int, ...]) -> bool:

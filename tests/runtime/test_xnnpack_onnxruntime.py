@@ -1,0 +1,194 @@
+"""XNNPACK delegates on onnxruntime (exirc.runtime.xnnpack.onnx_engine): the same
+answers as the torch path and eager PyTorch, for programs lowered by exirc
+(`--target xnnpack`) and by ExecuTorch's XnnpackPartitioner; delegates the ONNX
+form cannot take stay on torch; EXIRC_XNNPACK_ENGINE forces either engine, and
+forcing one that cannot be had is a typed error."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from exirc.compiler import CompileOptions, compile_module
+from exirc.errors import UsageError
+from exirc.runtime import load
+from exirc.runtime.delegates import BackendInitContext, payload
+from exirc.runtime.xnnpack import XnnpackBackend
+from exirc.runtime.xnnpack.compile import CompiledGraph
+from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE, OnnxDelegate
+from exirc.runtime.xnnpack.run import execute
+from tests.oracle import requires_executorch
+from tests.runtime.xnnpack.zoo import ZOO, eager, executorch_xnnpack_pte
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+RTOL, ATOL = 1e-3, 1e-4  # the verify tolerances of the XNNPACK runtime tests
+
+MAPPED = ["mlp", "mobilenet_block", "conv_bn_relu_maxpool", "pooling", "tensor_ops",
+          "conv_transpose", "more_ops"]
+"""Zoo models whose every delegate the ONNX form takes: linear + relu/hardtanh; 1x1,
+depthwise (multiplier 1 and 2), strided and dilated convolutions, relu6, residual
+add, hardswish; batch norm folded, max pooling with padding; average pooling with
+and without padding, global average pooling; cat, permute, slice, pad, softmax;
+grouped transposed convolutions; PReLU, sin, cos, square, four-way cat."""
+
+
+@functools.cache
+def exirc_lowered(name: str) -> bytes:
+    model = ZOO[name]
+    dynamic = model.dynamic_shapes() if model.dynamic_shapes else None
+    return compile_module(model.module(), model.inputs(), dynamic_shapes=dynamic,
+                          options=CompileOptions(target="xnnpack")).data
+
+
+@functools.cache
+def executorch_lowered(name: str) -> bytes:
+    return executorch_xnnpack_pte(ZOO[name])
+
+
+def lowered(name: str, by: str) -> bytes:
+    return exirc_lowered(name) if by == "exirc" else executorch_lowered(name)
+
+
+def handles(data: bytes) -> list[Any]:
+    """The handle XnnpackBackend.init gives each XNNPACK delegate of the program."""
+    program = load(data).program
+    return [XnnpackBackend().init(payload(program, delegate), delegate.compile_specs,
+                                  BackendInitContext(program, "test"))
+            for plan in program.execution_plan for delegate in plan.delegates
+            if delegate.id == "XnnpackBackend"]
+
+
+def run(data: bytes, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return load(data).run("forward", [t.clone() for t in inputs])
+
+
+def assert_close(ours: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor],
+                 what: str) -> None:
+    assert len(ours) == len(theirs), what
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert a.shape == b.shape and a.dtype == b.dtype, f"{what}: output {i}"
+        torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL, msg=f"{what}: output {i}")
+
+
+LOWERINGS = ["exirc", pytest.param("executorch", marks=requires_executorch)]
+
+
+@pytest.mark.parametrize("by", LOWERINGS)
+@pytest.mark.parametrize("name", MAPPED)
+def test_onnxruntime_engine_matches_torch_engine_and_eager(
+        name: str, by: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = lowered(name, by)
+    inputs = ZOO[name].inputs()
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    engines = handles(data)
+    assert engines and all(isinstance(h, OnnxDelegate) for h in engines)
+    on_ort = run(data, inputs)
+    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
+    assert all(isinstance(h, CompiledGraph) for h in handles(data))
+    on_torch = run(data, inputs)
+    assert_close(on_ort, on_torch, f"{name} ({by}): onnxruntime vs torch engine")
+    assert_close(on_ort, eager(ZOO[name]), f"{name} ({by}): onnxruntime vs eager")
+
+
+def test_onnxruntime_is_the_default_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENGINE_VARIABLE, raising=False)
+    assert all(isinstance(h, OnnxDelegate) for h in handles(exirc_lowered("mobilenet_block")))
+
+
+@pytest.mark.parametrize("by", LOWERINGS)
+def test_a_delegate_with_an_unmapped_node_stays_on_torch(
+        by: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bilinear resizing has no ONNX form here: the delegate runs on torch, rightly."""
+    data = lowered("upsample_bilinear", by)
+    monkeypatch.setenv(ENGINE_VARIABLE, "auto")
+    engines = handles(data)
+    assert engines and all(isinstance(h, CompiledGraph) for h in engines)
+    assert_close(run(data, ZOO["upsample_bilinear"].inputs()), eager(ZOO["upsample_bilinear"]),
+                 "upsample_bilinear on the torch fallback")
+
+
+def test_a_call_of_another_shape_runs_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ONNX model has the blob's static dims; a smaller dynamic batch still runs
+    (on the torch path), and the declared one on onnxruntime, both rightly."""
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    data = exirc_lowered("mlp_dynamic_batch")
+    model = ZOO["mlp_dynamic_batch"].module()
+    program = load(data)
+    for batch in (2, 4, 8):
+        x = torch.randn(batch, 12)
+        with torch.no_grad():
+            expected = model(x)
+        assert_close(program.run("forward", [x]), [expected], f"batch {batch}")
+
+
+def test_a_session_per_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions fix their thread count: a call under another torch count gets its own."""
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    (delegate,) = handles(exirc_lowered("mobilenet_block"))
+    assert isinstance(delegate, OnnxDelegate)
+    graph = delegate.fallback
+    inputs = [torch.randn(e.dims) for e in graph.inputs]
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            ours = [torch.empty(e.dims) for e in graph.outputs]
+            delegate.execute([*inputs, *ours])
+            theirs = [torch.empty(e.dims) for e in graph.outputs]
+            execute(graph, [*inputs, *theirs])
+            assert_close(ours, theirs, f"{threads} threads")
+    finally:
+        torch.set_num_threads(saved)
+    assert sorted(delegate._sessions) == [1, 2]
+
+
+def test_forcing_onnxruntime_when_it_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = exirc_lowered("mlp")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` fails
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    with pytest.raises(UsageError) as raised:
+        load(data)
+    assert raised.value.code == "E0200"
+    assert "onnxruntime or onnx is not installed" in str(raised.value)
+    assert "pip install 'exirc[ort]'" in (raised.value.hint or "")
+    monkeypatch.setenv(ENGINE_VARIABLE, "auto")  # without the variable: the torch path
+    assert all(isinstance(h, CompiledGraph) for h in handles(data))
+    assert_close(run(data, ZOO["mlp"].inputs()), eager(ZOO["mlp"]), "mlp without onnxruntime")
+
+
+def exirc_run(program: Path, engine: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exirc", "run", str(program), "--random"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, ENGINE_VARIABLE: engine})
+
+
+def test_cli_forcing_onnxruntime_on_a_delegate_it_cannot_take(tmp_path: Path) -> None:
+    program = tmp_path / "upsample.pte"
+    program.write_bytes(exirc_lowered("upsample_bilinear"))
+    result = exirc_run(program, "onnxruntime")
+    assert result.returncode == 4, result.stderr
+    assert "error[E0400]" in result.stderr
+    assert "cannot run on onnxruntime" in result.stderr
+    assert "static_resize_bilinear_2d" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert exirc_run(program, "torch").returncode == 0
+
+
+def test_cli_an_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
+    program = tmp_path / "mlp.pte"
+    program.write_bytes(exirc_lowered("mlp"))
+    result = exirc_run(program, "tensorrt")
+    assert result.returncode == 2, result.stderr
+    assert "error[E0200]" in result.stderr
+    assert "EXIRC_XNNPACK_ENGINE='tensorrt' is not an XNNPACK engine" in result.stderr
+    assert "auto, torch, onnxruntime" in result.stderr
