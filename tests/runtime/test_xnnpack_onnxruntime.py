@@ -6,8 +6,10 @@ forcing one that cannot be had is a typed error."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -18,14 +20,17 @@ import pytest
 import torch
 
 from exirc.compiler import CompileOptions, compile_module
-from exirc.errors import UsageError
+from exirc.errors import FormatError, InputError, UnsupportedOperatorError, UsageError
 from exirc.runtime import load
 from exirc.runtime.delegates import BackendInitContext, payload
 from exirc.runtime.xnnpack import XnnpackBackend
 from exirc.runtime.xnnpack.compile import CompiledGraph
-from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE, OnnxDelegate
+from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE, OnnxDelegate, choose_engine
 from exirc.runtime.xnnpack.run import execute
+from exirc.serialize.xnnpack import graph as G
+from exirc.serialize.xnnpack.reader import deserialize_blob
 from tests.oracle import requires_executorch
+from tests.runtime.xnnpack.test_executorch_models import _mutate
 from tests.runtime.xnnpack.zoo import ZOO, eager, executorch_xnnpack_pte
 
 pytest.importorskip("onnxruntime")
@@ -192,3 +197,44 @@ def test_cli_an_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
     assert "error[E0200]" in result.stderr
     assert "EXIRC_XNNPACK_ENGINE='tensorrt' is not an XNNPACK engine" in result.stderr
     assert "auto, torch, onnxruntime" in result.stderr
+
+
+@requires_executorch
+@pytest.mark.parametrize("name", ["mobilenet_block", "tensor_ops", "conv_bn_relu_maxpool"])
+def test_graphs_changed_after_reading_agree_or_fail_typed(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numbers changed in decoded graphs (as a hostile file would): whatever the torch
+    path accepts, onnxruntime either declines (the delegate stays on torch) or
+    computes the same; nothing but typed errors escapes."""
+    monkeypatch.setenv(ENGINE_VARIABLE, "auto")
+    program = load(executorch_lowered(name)).program
+    context = BackendInitContext(program, "fuzz")
+    rng = random.Random(7)
+    on_ort = 0
+    for delegate in program.execution_plan[0].delegates:
+        blob = deserialize_blob(payload(program, delegate))
+        for _ in range(40):
+            graph = copy.deepcopy(blob.graph)
+            _mutate(graph, rng)
+            try:
+                compiled = XnnpackBackend().prepare(G.XnnpackBlob(graph, blob.constant_region),
+                                                    context)
+            except (FormatError, UnsupportedOperatorError):
+                continue
+            handle = choose_engine(graph, compiled)
+            if not isinstance(handle, OnnxDelegate):
+                continue
+            on_ort += 1
+            inputs = [torch.randn(e.dims) for e in compiled.inputs]
+            ours = [torch.empty(e.dims) for e in compiled.outputs]
+            theirs = [torch.empty(e.dims) for e in compiled.outputs]
+            try:
+                execute(compiled, [*inputs, *theirs])
+            except InputError:
+                with pytest.raises(InputError):
+                    handle.execute([*inputs, *ours])
+                continue
+            handle.execute([*inputs, *ours])
+            for a, b in zip(ours, theirs):
+                torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL, equal_nan=True)
+    assert on_ort > 0
