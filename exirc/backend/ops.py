@@ -94,3 +94,21 @@ ADDMM_RELU_SCHEMA = ("exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat
 def addmm_relu(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     """relu(bias + mat1 @ mat2): a linear layer and its activation, one pass over memory."""
     return aten.relu.default(aten.addmm.default(bias, mat1, mat2))
+
+
+# ATen's own linear: its kernel (`aten::linear.out`) is on every target's kernel
+# list, ExecuTorch's portable library included, so the runtime resolves torch's
+# op and checks its arguments at load with torch's meta kernel, as for any ATen op.
+LINEAR_SCHEMA = ("aten::linear.out(Tensor input, Tensor weight, Tensor? bias=None, *, "
+                 "Tensor(a!) out) -> Tensor(a!)")
+
+
+@bind_pattern_to_op(LINEAR_SCHEMA)  # its kernel: torch's, resolved by the runtime's allowlist
+def linear(input: torch.Tensor, weight: torch.Tensor,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """input @ weight.T (+ bias) with `weight` as stored, [out_features, in_features]:
+    the kernel hands BLAS the transposed view, so no copy of the weight is made."""
+    transposed = aten.permute_copy.default(weight, [1, 0])
+    if bias is None:
+        return aten.mm.default(input, transposed)
+    return aten.addmm.default(bias, input, transposed)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
+from exirc.backend.linear_weights import LinearWeights
 from exirc.backend.lstm import KeepLstm
 from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
@@ -39,7 +40,7 @@ from exirc.targets import DEFAULT_TARGET
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
     KeepLstm, ToEdge, RemoveAssertions, ViewsToCopies, ScalarsToTensors, RemoveNoopCopies,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
-    SymPrims, Delegate, Fuse, QuantFusion,
+    SymPrims, Delegate, LinearWeights, Fuse, QuantFusion,
     WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,
 )
 

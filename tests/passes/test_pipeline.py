@@ -56,9 +56,9 @@ def test_default_targets_load() -> None:
 
     fast = load_pipeline("exirc")
     assert fast.target == "exirc"
-    assert labels(fast.stages)["backend"] == ["sym_prims", "quant_fusion", "fuse",
-                                              "dead_code_elimination"]
-    assert fast.stages["backend"][2].patterns == ("linear_relu",)  # type: ignore[attr-defined]
+    assert labels(fast.stages)["backend"] == ["sym_prims", "quant_fusion", "linear_weights",
+                                              "fuse", "dead_code_elimination"]
+    assert fast.stages["backend"][3].patterns == ("linear_relu",)  # type: ignore[attr-defined]
     assert labels(fast.stages)["edge"] == PORTABLE_PASSES["edge"]
 
 
