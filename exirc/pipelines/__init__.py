@@ -22,6 +22,7 @@ from exirc.backend.sym_prims import SymPrims
 from exirc.edge.constant_fold import ConstantFold
 from exirc.edge.dead_code_elimination import DeadCodeElimination
 from exirc.edge.fold_batch_norm import FoldBatchNorm
+from exirc.edge.merge_permutes import MergePermutes
 from exirc.edge.remove_assertions import RemoveAssertions
 from exirc.edge.remove_noop_copies import RemoveNoopCopies
 from exirc.edge.scalars_to_tensors import ScalarsToTensors
@@ -38,7 +39,8 @@ from exirc.targets import DEFAULT_TARGET
 
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
-    KeepLstm, ToEdge, RemoveAssertions, ViewsToCopies, ScalarsToTensors, RemoveNoopCopies,
+    KeepLstm, ToEdge, RemoveAssertions, ViewsToCopies, MergePermutes, ScalarsToTensors,
+    RemoveNoopCopies,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, LinearWeights, Fuse, QuantFusion,
     WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,
