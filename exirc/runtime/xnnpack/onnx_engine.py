@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from exirc.errors import ExircError, InputError, UnsupportedOperatorError, UsageError
-from exirc.runtime.xnnpack.compile import CompiledGraph
+from exirc.runtime.xnnpack.compile import CompiledGraph, External
 from exirc.runtime.xnnpack.run import execute as execute_on_torch
 from exirc.serialize.xnnpack import graph as G
 
@@ -118,6 +118,15 @@ class OnnxDelegate:
     # reused binding saves ~8 us a call against binding afresh.
     _binding: Any = None
     _bound_for: tuple[int, ...] = ()
+
+    @property
+    def inputs(self) -> list[External]:
+        """The delegate's input arguments, as the torch path's handle lists them."""
+        return self.fallback.inputs
+
+    @property
+    def outputs(self) -> list[External]:
+        return self.fallback.outputs
 
     def session(self) -> Any:
         """The session for torch's current thread count (made once per count)."""
