@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from exirc.backend.attention import KeepAttention
 from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
 from exirc.backend.linear_weights import LinearWeights
@@ -39,8 +40,8 @@ from exirc.targets import DEFAULT_TARGET
 
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
-    KeepLstm, ToEdge, RemoveAssertions, ViewsToCopies, MergePermutes, ScalarsToTensors,
-    RemoveNoopCopies,
+    KeepLstm, KeepAttention, ToEdge, RemoveAssertions, ViewsToCopies, MergePermutes,
+    ScalarsToTensors, RemoveNoopCopies,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, LinearWeights, Fuse, QuantFusion,
     WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from exirc.runtime.attention_kernels import ATTENTION_KERNELS
 from exirc.runtime.recurrent_kernels import RECURRENT_KERNELS
 
 ADDMM_RELU_SCHEMA = ("exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, "
@@ -29,5 +30,5 @@ def addmm_relu_out(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *
 
 
 OWN_KERNELS: dict[str, Callable[..., Any]] = {ADDMM_RELU_SCHEMA: addmm_relu_out,
-                                              **RECURRENT_KERNELS}
+                                              **RECURRENT_KERNELS, **ATTENTION_KERNELS}
 """Schema -> kernel, for `exirc.runtime.kernels` to register."""
