@@ -22,12 +22,12 @@ import torch
 from exirc.capture import MethodSource, capture
 from exirc.cli.app import main
 from exirc.compiler import CompileOptions, CompileResult, compile_module
-from exirc.plan.limits import ArenaLimitError
 from exirc.inspector.memory_report import memory_report
 from exirc.inspector.memory_report_html import memory_plan_html
 from exirc.inspector.render import render_instructions
 from exirc.passes.instrument import graph_text
 from exirc.passes.runner import Instrumentation, PassRecord
+from exirc.plan.limits import ArenaLimitError
 from exirc.serialize.symbolic_shapes import stored_symbolic_shapes
 from tests.passes.test_pipeline import compile_with, portable_with
 from tests.plugin_modules import plugin_module
