@@ -168,7 +168,9 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
     from exirc.runtime import Profile, load
     from exirc.runtime.method import DEFAULT_MAX_STEPS
 
-    with _out_of_memory(f"loading the program {path}"):
+    # Loaded at the runs' thread count: a delegate's engine (onnxruntime) makes
+    # its session for the count it is loaded at.
+    with _out_of_memory(f"loading the program {path}"), torch_threads(threads):
         program = load(path, max_memory=max_memory,
                        max_steps=max_steps or DEFAULT_MAX_STEPS, allow_any_aten=allow_any_aten)
     if check:
