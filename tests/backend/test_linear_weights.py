@@ -85,8 +85,6 @@ def _compile(module: nn.Module, inputs: tuple[Any, ...], tmp_path: Path, *,
     if not fold:
         text = text.replace("max_bytes: 16777216", "max_bytes: 0")
         assert "max_bytes: 0" in text
-    if target == "portable":
-        text = text.replace("    - quant_fusion ", "    - linear_weights\n    - quant_fusion ")
     path = tmp_path / "pipeline.yaml"
     path.write_text(text)
     return compile_module(module, inputs, options=CompileOptions(target=target, pipeline=path))

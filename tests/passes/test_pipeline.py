@@ -26,7 +26,7 @@ PORTABLE_PASSES = {
     "edge": ["to_edge", "remove_assertions", "views_to_copies", "merge_permutes",
              "scalars_to_tensors", "remove_noop_copies", "constant_fold", "fold_batch_norm",
              "dead_code_elimination"],
-    "backend": ["sym_prims", "quant_fusion", "dead_code_elimination"],
+    "backend": ["sym_prims", "linear_weights", "quant_fusion", "dead_code_elimination"],
     "plan": ["write_back_state", "alias_views", "to_out_variants", "memory_plan"],
 }
 
