@@ -76,11 +76,16 @@ def _options_text(described: dict[str, Any]) -> list[str]:
 
 
 def render_list(passes: list[dict[str, Any]]) -> str:
-    """The passes grouped by the stage package that defines them."""
+    """The passes grouped by the stage package that defines them, the packages
+    in pipeline order (a backend's ATen-stage passes, such as keep_lstm, live
+    with its other passes)."""
+    from exirc.passes.pipeline import STAGES
+
     bold = styler(sys.stdout, bold=True)
     width = max(len(p["name"]) for p in passes) + 2
     lines: list[str] = []
-    for stage in dict.fromkeys(p["stage"] for p in passes):
+    packages = dict.fromkeys(p["stage"] for p in passes)
+    for stage in sorted(packages, key=lambda s: STAGES.index(s) if s in STAGES else len(STAGES)):
         lines.append(bold(stage))
         for p in (p for p in passes if p["stage"] == stage):
             lines.append(f"  {p['name']:<{width}}{p['summary']}")

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exirc.backend.attention import KeepAttention
 from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
+from exirc.backend.keep_attention import KeepAttention
+from exirc.backend.keep_lstm import KeepLstm
 from exirc.backend.linear_weights import LinearWeights
-from exirc.backend.lstm import KeepLstm
 from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
 from exirc.edge.constant_fold import ConstantFold
