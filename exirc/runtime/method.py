@@ -48,6 +48,7 @@ from exirc.runtime.steps import Action, Site, Step, prepare, site_of, with_modul
 from exirc.runtime.values import Values, value_table, written_values
 from exirc.runtime.work import UNITS_PER_STEP, chain_costs, prefix_sums
 from exirc.serialize import program as P
+from exirc.serialize.io_names import default_names
 from exirc.serialize.symbolic_shapes import MethodShapes
 
 if TYPE_CHECKING:
@@ -115,7 +116,8 @@ class Method:
         self.inputs: list[InputSpec] = [input_spec(plan, i, value, where, shapes)
                                         for i, value in enumerate(plan.inputs)]
         self.output_values = list(plan.outputs)
-        self.output_names = [f"output_{i}" for i in range(len(plan.outputs))]  # see io_names
+        # Until exirc.runtime.io_names names them from the file.
+        self.output_names = default_names(0, len(plan.outputs)).outputs
         self._chains: list[list[Step]] = []
         self._sites: list[list[Site]] = []
         # Per chain, its actions if it has no jumps (run by `_execute_straight`), else None.
