@@ -157,6 +157,49 @@ def test_a_session_per_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sorted(delegate._sessions) == [1, 2]
 
 
+def test_a_reused_binding_follows_what_the_arguments_are_now(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeated calls reuse the binding made for the same tensors; a call whose list
+    was changed in place, whose output was resized away, or whose tensors moved is
+    checked afresh and still gets the right answer, wherever it runs."""
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    (delegate,) = handles(exirc_lowered("mlp"))
+    assert isinstance(delegate, OnnxDelegate)
+    graph = delegate.fallback
+
+    def expected(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        theirs = [torch.empty(e.dims) for e in graph.outputs]
+        execute(graph, [*inputs, *theirs])
+        return theirs
+
+    inputs = [torch.randn(e.dims) for e in graph.inputs]
+    outputs = [torch.empty(e.dims) for e in graph.outputs]
+    args = [*inputs, *outputs]
+    for _ in range(2):  # the second call takes the reuse path
+        inputs[0].copy_(torch.randn(inputs[0].shape))
+        delegate.execute(args)
+        assert_close(outputs, expected(inputs), "the same tensors again")
+    binding = delegate._binding
+
+    fresh = torch.randn(graph.inputs[0].dims)  # the list changed in place
+    args[0] = fresh
+    delegate.execute(args)
+    assert_close(outputs, expected([fresh, *inputs[1:]]), "a new input in the same list")
+    assert delegate._binding is not binding
+
+    args[0] = inputs[0]
+    delegate.execute(args)
+    outputs[0].resize_(1)  # resized by someone else: the call rebinds or falls back
+    delegate.execute(args)
+    assert tuple(outputs[0].shape) == graph.outputs[0].dims
+    assert_close(outputs, expected(inputs), "an output resized between calls")
+
+    inputs[0].set_(torch.randn(graph.inputs[0].dims).untyped_storage())  # moved in place
+    inputs[0].resize_(graph.inputs[0].dims)
+    delegate.execute(args)
+    assert_close(outputs, expected(inputs), "an input moved to new memory")
+
+
 def test_forcing_onnxruntime_when_it_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     data = exirc_lowered("mlp")
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` fails
