@@ -16,7 +16,9 @@ Layout: values keep XNNPACK's layouts (NHWC activations). Nodes that ONNX
 defines on NCHW (convolution, pooling) are wrapped in a pair of Transposes;
 onnxruntime's transpose optimizer cancels the pairs between neighbours.
 Clamps are fused into their producers first (`fuse.fuse_clamps`), exactly as
-the torch path does, and emitted as Relu or Clip after the producer.
+the torch path does, and emitted as Relu or Clip after the producer. Runs of
+nodes that are one ONNX operator (a decomposed layer norm) are emitted as that
+operator (`onnx_fusions`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 from exirc.runtime.xnnpack.compile import CompiledGraph, External
 from exirc.runtime.xnnpack.fuse import fuse_clamps
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, value_name
+from exirc.runtime.xnnpack.onnx_fusions import plan_fusions
 from exirc.runtime.xnnpack.onnx_nodes import EMITTERS
 from exirc.serialize.xnnpack import graph as G
 
@@ -77,7 +80,11 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
         if external.dtype != torch.float32:
             raise NotMapped(f"delegate argument {external.arg} is {external.dtype}")
     builder = OnnxBuilder(graph, constants)
-    for index, node in fuse_clamps(graph):
+    nodes = fuse_clamps(graph)
+    fusions = plan_fusions(builder, nodes, graph.output_ids)
+    for position, (index, node) in enumerate(nodes):
+        if fusions.emit(builder, position):
+            continue  # part of a run emitted as one operator (layer norm)
         label = f"node {index} ({node.kind.name.lower()})"
         emit = EMITTERS.get(node.kind)
         if emit is None:
