@@ -33,6 +33,13 @@ if TYPE_CHECKING:
 
 # Folding results this small never matters for file size.
 _SMALL_BYTES = 256
+# A value computed only from tensors made from nothing (`arange`, `full`: a
+# causal mask, position ids) is stored up to this size: above it, the few
+# instructions that rebuild it cost less than the file space.
+_FROM_NOTHING_BYTES = 64 << 10
+# Ops whose result has no defined contents: never computed at compile time.
+_UNDEFINED_CONTENTS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                                 "new_empty_strided"})
 
 
 def _is_foldable_op(target: Any) -> bool:
@@ -40,10 +47,11 @@ def _is_foldable_op(target: Any) -> bool:
         return False
     if target.namespace == "quantized_decomposed":
         return False  # a dequantized weight is 4x its quantized one: keep the small form
+    if target.overloadpacket.__name__ in _UNDEFINED_CONTENTS:
+        return False
     tags = target.tags
-    # Random ops must run every call; ops that create tensors from nothing
-    # (full, arange, ...) are cheap to keep and folding them only grows files
-    # when their output is big, which max_bytes also guards.
+    # Random ops must run every call. Ops that create tensors from nothing
+    # (full, arange, ...) fold, so that what is computed from them folds too.
     return torch.Tag.nondeterministic_seeded not in tags and not target._schema.is_mutable
 
 
@@ -71,6 +79,7 @@ class ConstantFold(Pass):
                     values[node] = tensor
         self._evaluate_graph(root, values, bound)
 
+        self._keep_big_values_from_nothing_at_run_time(values, bound)
         self._keep_growing_ops_at_run_time(values)
         threader = ConstantThreader(root, functools.partial(add_constant, program))
         changed: dict[int, GraphModule] = {}
@@ -112,6 +121,24 @@ class ConstantFold(Pass):
                     values[node] = folded
 
     @staticmethod
+    def _keep_big_values_from_nothing_at_run_time(values: dict[Node, torch.Tensor],
+                                                  bound: dict[Node, Node]) -> None:
+        """Unfold values over `_FROM_NOTHING_BYTES` that no constant of the program
+        contributes to (an `arange` of a million and what is computed from it).
+
+        `values` is in evaluation order, so each node's inputs are seen first."""
+        from_constants: set[Node] = set()
+        for node in values:
+            if node.op == "placeholder":
+                if node not in bound or bound[node] in from_constants:
+                    from_constants.add(node)
+            elif any(a in from_constants for a in node.all_input_nodes):
+                from_constants.add(node)
+        for node in reversed(list(values)):
+            if node not in from_constants and values[node].nbytes > _FROM_NOTHING_BYTES:
+                del values[node]
+
+    @staticmethod
     def _keep_growing_ops_at_run_time(values: dict[Node, torch.Tensor]) -> None:
         """Unfold nodes whose result is bigger than their inputs (`expand`,
         `repeat`): storing it would grow the file to save a cheap copy.
@@ -128,8 +155,9 @@ class ConstantFold(Pass):
 
     @staticmethod
     def _evaluate(node: Node, values: dict[Node, torch.Tensor]) -> torch.Tensor | None:
-        inputs = [a for a in node.all_input_nodes]
-        if not inputs or any(a not in values for a in inputs):
+        # A node without inputs (`arange(8)`) has static arguments only: a SymInt
+        # argument is an input node, computed at run time.
+        if any(a not in values for a in node.all_input_nodes):
             return None
         args, kwargs = tree_map_only(Node, lambda n: values[n], (node.args, node.kwargs))
         with torch.no_grad():

@@ -595,3 +595,58 @@ def test_constant_fold_does_not_store_what_grows() -> None:
               if n.op == "placeholder"]
     assert max(t.nbytes for t in stored if t is not None) == model.row.nbytes
     assert_same_outputs(program, model, (x,))
+
+
+class CausalMask(torch.nn.Module):
+    """A causal mask built from `arange` (as transformers builds it): nothing in it
+    depends on the input, so all of it is computed once, at compile time."""
+
+    def __init__(self, positions: int) -> None:
+        super().__init__()
+        self.positions = positions
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(self.positions)
+        allowed = rows[None, :] <= rows[:, None]
+        return torch.where(allowed, x, torch.full_like(x, -1.0))
+
+
+def test_constant_fold_computes_masks_made_from_nothing() -> None:
+    model, x = CausalMask(8), torch.randn(8, 8)
+    program, _ = run(export(model, x), *EDGE_PASSES[:4])
+    assert aten.arange.start_step in targets(program)
+
+    program, changed = run(program, ConstantFold(), DeadCodeElimination())
+
+    assert changed[0] is True
+    assert targets(program) == [aten.full_like.default, aten.where.self]
+    mask = [constant_tensor(program, n) for n in program.graph_module.graph.nodes
+            if n.op == "placeholder" and n.name.startswith("_folded_")]
+    assert any(t is not None and t.dtype == torch.bool and t.shape == (8, 8) for t in mask)
+    assert_same_outputs(program, model, (x,))
+    verify_edge(program)
+
+
+def test_constant_fold_leaves_big_values_made_from_nothing_to_run_time() -> None:
+    # A 300x300 mask is 90 KB: over the bound for values no constant contributes
+    # to, so the file does not grow by it and the comparison stays an instruction;
+    # the 2.4 KB of positions it compares are stored.
+    model, x = CausalMask(300), torch.randn(300, 300)
+    program, _ = run(export(model, x), *EDGE_PASSES[:4])
+
+    program, _ = run(program, ConstantFold(), DeadCodeElimination())
+
+    assert targets(program) == [aten.le.Tensor, aten.full_like.default, aten.where.self]
+    stored = [constant_tensor(program, n) for n in program.graph_module.graph.nodes
+              if n.op == "placeholder"]
+    assert max(t.nbytes for t in stored if t is not None) == 300 * 8
+    assert_same_outputs(program, model, (x,))
+
+
+def test_constant_fold_never_folds_ops_without_defined_contents() -> None:
+    from exirc.edge.constant_fold import _is_foldable_op
+
+    assert not _is_foldable_op(aten.empty.memory_format)
+    assert not _is_foldable_op(aten.empty_strided.default)
+    assert _is_foldable_op(aten.arange.start_step)
+    assert _is_foldable_op(aten.full.default)
