@@ -67,7 +67,7 @@ def on_both_engines(data: bytes, inputs: Sequence[torch.Tensor],
     return on_ort
 
 
-def _randomised(norm: nn.LayerNorm) -> nn.LayerNorm:
+def _randomised(norm: nn.Module) -> nn.Module:
     # The default ones and zeros would hide a weight or bias applied wrongly.
     with torch.no_grad():
         for parameter in norm.parameters():
@@ -86,6 +86,10 @@ LAYER_NORMS = [
              lambda: (torch.randn(2, 9, 32),)),
     ZooModel("ln_no_bias", _normed(lambda: _randomised(nn.LayerNorm(32, bias=False))),
              lambda: (torch.randn(3, 32),)),
+    # A group norm's statistics are the same run, on [N * groups, C / groups * H * W,
+    # 1, 1]; its per-channel affine part is not a LayerNormalization scale.
+    ZooModel("group_norm", lambda: _randomised(nn.GroupNorm(2, 6)),
+             lambda: (torch.randn(2, 6, 3, 3),)),
     ZooModel("ln_two_dims", _normed(lambda: _randomised(nn.LayerNorm((4, 8))), width=8),
              lambda: (torch.randn(2, 5, 4, 8),)),
 ]

@@ -143,7 +143,8 @@ class _Matcher:
     def other_operand(self, position: int, value_id: int) -> int | None:
         """The operand of binary node `position` that is not `value_id`."""
         p = self.nodes[position].params
-        assert isinstance(p, G.Node2x1)
+        if not isinstance(p, G.Node2x1):
+            return None
         if p.input1_id == value_id:
             return p.input2_id
         return p.input1_id if p.input2_id == value_id else None
