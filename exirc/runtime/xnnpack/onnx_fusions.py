@@ -28,10 +28,13 @@ A run is declined (and its nodes are emitted one by one as before) when any
 value between `a` and the last node is read by another node or is a
 delegate output; when a node other than the last has a fused clamp or
 flags other than the pattern's; when a value is not plain float32; when
-`a` is not a reshape to a static [N, H, W, 1]; or when eps, weight or bias
-is computed at run time, or does not have the shape that broadcasts onto
-exactly the normalised dims. The reshapes around the run are kept: they
-cost onnxruntime next to nothing.
+`a` is not a reshape to a static [N, H, W, 1]; or when eps is computed at
+run time, is not one number, or is negative or not finite. A weight or bias
+that is computed, or does not broadcast onto exactly the normalised dims
+(e.g. one varying along N), ends the run before it: the norm is fused, the
+affine nodes are emitted on their own. The reshapes around the run are kept
+(dropping them would need the shape of the reshape's input, which the
+graph does not state reliably).
 """
 
 from __future__ import annotations
