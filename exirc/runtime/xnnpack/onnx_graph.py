@@ -34,6 +34,7 @@ from exirc.runtime.xnnpack.fuse import fuse_clamps
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, value_name
 from exirc.runtime.xnnpack.onnx_fusions import plan_fusions
 from exirc.runtime.xnnpack.onnx_nodes import EMITTERS
+from exirc.runtime.xnnpack.onnx_split import plan_splits
 from exirc.serialize.xnnpack import graph as G
 
 if TYPE_CHECKING:
@@ -82,9 +83,10 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
     builder = OnnxBuilder(graph, constants)
     nodes = fuse_clamps(graph)
     fusions = plan_fusions(builder, nodes, graph.output_ids)
+    splits = plan_splits(builder, nodes, fusions.covered)
     for position, (index, node) in enumerate(nodes):
-        if fusions.emit(builder, position):
-            continue  # part of a run emitted as one operator (layer norm)
+        if fusions.emit(builder, position) or splits.emit(builder, position):
+            continue  # part of a run emitted as one operator (layer norm, split)
         label = f"node {index} ({node.kind.name.lower()})"
         emit = EMITTERS.get(node.kind)
         if emit is None:
