@@ -17,8 +17,8 @@ defines on NCHW (convolution, pooling) are wrapped in a pair of Transposes;
 onnxruntime's transpose optimizer cancels the pairs between neighbours.
 Clamps are fused into their producers first (`fuse.fuse_clamps`), exactly as
 the torch path does, and emitted as Relu or Clip after the producer. Runs of
-nodes that are one ONNX operator (a decomposed layer norm) are emitted as that
-operator (`onnx_fusions`).
+nodes that are one ONNX operator are emitted as that operator: a decomposed
+layer norm (`onnx_fusions`), sibling slices as a Split (`onnx_split`).
 """
 
 from __future__ import annotations
