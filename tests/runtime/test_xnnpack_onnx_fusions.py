@@ -67,6 +67,21 @@ def on_both_engines(data: bytes, inputs: Sequence[torch.Tensor],
     return on_ort
 
 
+def run_hand_built(g: GraphBuilder, inputs: Sequence[torch.Tensor],
+                   monkeypatch: pytest.MonkeyPatch) -> tuple[list[torch.Tensor],
+                                                             list[torch.Tensor]]:
+    """A hand-built graph's outputs on onnxruntime (which must take it), and the
+    torch path's."""
+    blob = g.finish()
+    compiled = XnnpackBackend().prepare(blob, NamedContext(g.named))  # type: ignore[arg-type]
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    delegate = choose_engine(blob.graph, compiled)
+    assert isinstance(delegate, OnnxDelegate)
+    outputs = [torch.empty(blob.graph.values[v].dims) for v in blob.graph.output_ids]
+    delegate.execute([*inputs, *outputs])
+    return outputs, g.run(*inputs, compiled=compiled)
+
+
 def _randomised(norm: nn.Module) -> nn.Module:
     # The default ones and zeros would hide a weight or bias applied wrongly.
     with torch.no_grad():
@@ -235,14 +250,8 @@ def _layer_norm_graph(v: Variant) -> tuple[GraphBuilder, list[torch.Tensor]]:
 def test_hand_built_layer_norms(variant: Variant, onnx_ops: list[list[str]],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     g, inputs = _layer_norm_graph(variant)
-    blob = g.finish()
-    compiled = XnnpackBackend().prepare(blob, NamedContext(g.named))  # type: ignore[arg-type]
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    delegate = choose_engine(blob.graph, compiled)
-    assert isinstance(delegate, OnnxDelegate)
-    outputs = [torch.empty(blob.graph.values[v].dims) for v in blob.graph.output_ids]
-    delegate.execute([*inputs, *outputs])
-    assert_close(outputs, g.run(*inputs, compiled=compiled), f"{variant.name}: vs torch path")
+    outputs, expected = run_hand_built(g, inputs, monkeypatch)
+    assert_close(outputs, expected, f"{variant.name}: vs torch path")
     (ops,) = onnx_ops
     assert ("LayerNormalization" in ops) == variant.fuses, ops
     assert ("ReduceMean" in ops) != variant.fuses, ops

@@ -13,11 +13,13 @@ import torch
 from torch import nn
 
 from exirc.compiler import CompileOptions, compile_module
-from exirc.runtime.xnnpack.backend import XnnpackBackend
-from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE, OnnxDelegate, choose_engine
 from exirc.serialize.xnnpack import graph as G
-from tests.runtime.test_xnnpack_onnx_fusions import on_both_engines, onnx_ops  # noqa: F401
-from tests.runtime.xnnpack.graphs import GraphBuilder, NamedContext
+from tests.runtime.test_xnnpack_onnx_fusions import (  # noqa: F401 (onnx_ops: a fixture)
+    on_both_engines,
+    onnx_ops,
+    run_hand_built,
+)
+from tests.runtime.xnnpack.graphs import GraphBuilder
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -74,14 +76,7 @@ def test_hand_built_slices(name: str, cuts: Any, splits: int,
                            onnx_ops: list[list[str]],  # noqa: F811
                            monkeypatch: pytest.MonkeyPatch) -> None:
     g, inputs = _slices_graph(cuts)
-    blob = g.finish()
-    compiled = XnnpackBackend().prepare(blob, NamedContext(g.named))  # type: ignore[arg-type]
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    delegate = choose_engine(blob.graph, compiled)
-    assert isinstance(delegate, OnnxDelegate)
-    outputs = [torch.empty(blob.graph.values[v].dims) for v in blob.graph.output_ids]
-    delegate.execute([*inputs, *outputs])
-    expected = g.run(*inputs, compiled=compiled)
+    outputs, expected = run_hand_built(g, inputs, monkeypatch)
     assert len(outputs) == len(expected)
     for ours, theirs in zip(outputs, expected):
         assert torch.equal(ours, theirs), name  # a copy of the same elements: exact
