@@ -116,7 +116,7 @@ class ConstantFold(Pass):
                             bound[placeholder] = operand
                     self._evaluate_graph(sub, values, bound)
             elif node.op == "call_function" and _is_foldable_op(node.target):
-                folded = self._evaluate(node, values)
+                folded = self._evaluate(node, values, self.max_bytes)
                 if folded is not None:
                     values[node] = folded
 
@@ -154,15 +154,26 @@ class ConstantFold(Pass):
                 del values[node]
 
     @staticmethod
-    def _evaluate(node: Node, values: dict[Node, torch.Tensor]) -> torch.Tensor | None:
+    def _evaluate(node: Node, values: dict[Node, torch.Tensor],
+                  max_bytes: int) -> torch.Tensor | None:
         # A node without inputs (`arange(8)`) has static arguments only: a SymInt
         # argument is an input node, computed at run time.
         if any(a not in values for a in node.all_input_nodes):
             return None
+        if not node.all_input_nodes and _declared_bytes(node) > max_bytes:
+            return None  # `zeros(50000, 50000)`: never allocated by the compiler
         args, kwargs = tree_map_only(Node, lambda n: values[n], (node.args, node.kwargs))
         with torch.no_grad():
             result = node.target(*args, **kwargs)  # type: ignore[operator]
         return result if isinstance(result, torch.Tensor) else None
+
+
+def _declared_bytes(node: Node) -> int:
+    """The size export recorded for the node's result (0 when it recorded none)."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return 0
+    return int(value.numel()) * value.element_size()
 
 
 def _described(program: ExportedProgram, node: Node, bound: dict[Node, Node]) -> str:

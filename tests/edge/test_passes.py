@@ -650,3 +650,21 @@ def test_constant_fold_never_folds_ops_without_defined_contents() -> None:
     assert not _is_foldable_op(aten.empty_strided.default)
     assert _is_foldable_op(aten.arange.start_step)
     assert _is_foldable_op(aten.full.default)
+
+
+class HugeFromNothing(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.zeros(8192, 8192).sum()  # 256 MiB made from nothing
+
+
+def test_constant_fold_never_allocates_a_huge_value_made_from_nothing() -> None:
+    # The zeros are over max_bytes: the compiler does not make them (the budget
+    # is set far below them here, so evaluating them would show as a fold).
+    x = torch.randn(3)
+    program, _ = run(export(HugeFromNothing(), x), *EDGE_PASSES[:4])
+
+    program, changed = run(program, ConstantFold(max_bytes=1 << 20), DeadCodeElimination())
+
+    assert changed == [False, False]
+    assert aten.full.default in targets(program)  # zeros, as export writes them
+    assert_same_outputs(program, HugeFromNothing(), (x,))

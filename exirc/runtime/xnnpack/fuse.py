@@ -27,16 +27,17 @@ def _output_field(params: G.NodeParams) -> str | None:
     return "output_id" if "output_id" in names else None
 
 
-def _reads(node: G.Node) -> list[int]:
+def reads(node: G.Node) -> list[int]:
+    """The value ids `node` reads (its `*_id` fields but the outputs; unused ones left out)."""
     return [getattr(node.params, f.name) for f in dataclasses.fields(node.params)
-            if f.name.endswith("_id") and f.name != "output_id"
-            and not f.name.startswith("output_")]
+            if f.name.endswith("_id") and not f.name.startswith("output")
+            and getattr(node.params, f.name) != G.INVALID_VALUE_ID]
 
 
 def fuse_clamps(graph: G.XNNGraph) -> list[tuple[int, G.Node]]:
     """The graph's nodes, each with its index in the blob, with each fusable Clamp
     folded into its producer (which keeps its index)."""
-    readers: Counter[int] = Counter(v for node in graph.nodes for v in _reads(node))
+    readers: Counter[int] = Counter(v for node in graph.nodes for v in reads(node))
     externals = set(graph.output_ids)
     producer: dict[int, int] = {}
     nodes = list(graph.nodes)

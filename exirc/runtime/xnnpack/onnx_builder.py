@@ -75,6 +75,11 @@ class OnnxBuilder:
         tensor = self.constants.get(value_id)
         return None if tensor is None else tensor.numpy()
 
+    def plain_float32(self, value_id: int) -> bool:
+        """Whether value `value_id` exists and is float32, not quantized."""
+        value = self.values.get(value_id)
+        return value is not None and value.datatype == G.Datatype.FP32 and value.quant is None
+
     def require_constant(self, value_id: int, role: str) -> numpy.ndarray:
         array = self.constant(value_id)
         if array is None:

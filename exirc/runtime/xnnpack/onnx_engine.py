@@ -121,11 +121,12 @@ class OnnxDelegate:
     # reused binding saves ~8 us a call against binding afresh.
     _binding: Any = None
     _bound_for: tuple[int, ...] = ()
-    # The last call that passed `_bind`, for `_same_as_last`: its argument list,
-    # the tensors bound and their shapes and addresses then.
+    # The last call that passed `_bind`, for `_same_as_last` (its thread count is
+    # `_bound_for[0]`): its arguments, and the tensors bound with their addresses
+    # and shapes then (the addresses repeat `_bound_for`'s, kept per tensor so the
+    # per-call check walks one list).
     _last_args: tuple[Any, ...] | None = None
     _last_bound: list[tuple[torch.Tensor, int, torch.Size]] = field(default_factory=list)
-    _last_threads: int = 0
 
     @property
     def inputs(self) -> list[External]:
@@ -153,11 +154,10 @@ class OnnxDelegate:
                 self._last_args = None
                 execute_on_torch(graph, args)
                 return
-            threads = torch.get_num_threads()
-            key = (threads, *(t.data_ptr() for t in bound))
+            key = (torch.get_num_threads(), *(t.data_ptr() for t in bound))
             if key != self._bound_for:
                 self._binding, self._bound_for = self._new_binding(bound), key
-            self._last_args, self._last_threads = tuple(args), threads
+            self._last_args = tuple(args)
             self._last_bound = [(t, t.data_ptr(), t.shape) for t in bound]
         try:
             self._binding.run()
@@ -177,7 +177,7 @@ class OnnxDelegate:
         DelegateCall passes the same tensors every call, so this costs ~0.3 us a
         tensor against ~2 us for `_bind`."""
         last = self._last_args
-        if last is None or torch.get_num_threads() != self._last_threads:
+        if last is None or torch.get_num_threads() != self._bound_for[0]:
             return False
         # Element by element: a caller may have changed the list in place.
         if len(args) != len(last) or not all(map(operator.is_, args, last)):

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy
 
+from exirc.runtime.xnnpack.fuse import reads
 from exirc.runtime.xnnpack.onnx_builder import OnnxBuilder, clamp_bounds, value_name
 from exirc.runtime.xnnpack.pooling import FLAG_KEEP_DIMS
 from exirc.serialize.xnnpack import graph as G
@@ -99,13 +100,6 @@ class FusionPlan:
         return position in self.covered
 
 
-def _reads(node: G.Node) -> list[int]:
-    params = node.params
-    return [getattr(params, f.name) for f in dataclasses.fields(params)
-            if f.name.endswith("_id") and not f.name.startswith("output")
-            and getattr(params, f.name) != G.INVALID_VALUE_ID]
-
-
 def _output(node: G.Node) -> int | None:
     return getattr(node.params, "output_id", None)
 
@@ -120,15 +114,14 @@ class _Matcher:
         self.writer: dict[int, int] = {}
         self.readers: dict[int, list[int]] = defaultdict(list)
         for position, node in enumerate(self.nodes):
-            for value_id in _reads(node):
+            for value_id in reads(node):
                 self.readers[value_id].append(position)
             output = _output(node)
             if output is not None:
                 self.writer[output] = position
 
     def fp32(self, value_id: int) -> bool:
-        value = self.b.values.get(value_id)
-        return value is not None and value.datatype == G.Datatype.FP32 and value.quant is None
+        return self.b.plain_float32(value_id)
 
     def sole_reader(self, value_id: int, kind: Kind) -> int | None:
         """The one node reading `value_id` (an internal float32 value), if of `kind`,

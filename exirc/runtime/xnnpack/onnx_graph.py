@@ -63,8 +63,7 @@ def _value_ids(params: G.NodeParams) -> list[int]:
 
 def _require_fp32(builder: OnnxBuilder, node: G.Node, label: str) -> None:
     for value_id in _value_ids(node.params):
-        value = builder.values[value_id]
-        if value.datatype != G.Datatype.FP32 or value.quant is not None:
+        if not builder.plain_float32(value_id):
             raise NotMapped(f"{label}: value {value_id} is not float32")
 
 

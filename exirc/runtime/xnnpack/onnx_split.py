@@ -54,11 +54,6 @@ class SplitPlan:
         return position in self.covered
 
 
-def _plain_float(b: OnnxBuilder, value_id: int) -> bool:
-    value = b.values.get(value_id)
-    return value is not None and value.datatype == G.Datatype.FP32 and value.quant is None
-
-
 def _extent(p: G.StaticSlice, dims: list[int]) -> list[tuple[int, int]]:
     """(offset, size) per dim; XNNPACK's size 0 means "to the end"."""
     return [(offset, dim - offset if size == 0 else size)
@@ -98,7 +93,7 @@ def plan_splits(b: OnnxBuilder, nodes: Positioned, skip: set[int]) -> SplitPlan:
         p = node.params
         if (node.kind == G.NodeKind.STATIC_SLICE and position not in skip
                 and isinstance(p, G.StaticSlice)
-                and _plain_float(b, p.input_id) and _plain_float(b, p.output_id)):
+                and b.plain_float32(p.input_id) and b.plain_float32(p.output_id)):
             groups[p.input_id].append((position, p))
     plan = SplitPlan()
     for source, members in groups.items():
