@@ -18,7 +18,8 @@ onnxruntime's transpose optimizer cancels the pairs between neighbours.
 Clamps are fused into their producers first (`fuse.fuse_clamps`), exactly as
 the torch path does, and emitted as Relu or Clip after the producer. Runs of
 nodes that are one ONNX operator are emitted as that operator: a decomposed
-layer norm (`onnx_fusions`), sibling slices as a Split (`onnx_split`).
+layer norm (`onnx_fusions`), sibling slices as a Split (`onnx_split`). The
+finished model loses the Reshapes it does not need (`onnx_reshapes`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from exirc.runtime.xnnpack.fuse import fuse_clamps
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, value_name
 from exirc.runtime.xnnpack.onnx_fusions import plan_fusions
 from exirc.runtime.xnnpack.onnx_nodes import EMITTERS
+from exirc.runtime.xnnpack.onnx_reshapes import simplify_reshapes
 from exirc.runtime.xnnpack.onnx_split import plan_splits
 from exirc.serialize.xnnpack import graph as G
 
@@ -95,7 +97,9 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
             emit(builder, node)
         except NotMapped as reason:
             raise NotMapped(f"{label}: {reason}") from None
-    return _model(builder, compiled)
+    model = _model(builder, compiled)
+    simplify_reshapes(model.model)
+    return model
 
 
 def _model(builder: OnnxBuilder, compiled: CompiledGraph) -> OnnxModel:
