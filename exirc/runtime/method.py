@@ -25,7 +25,8 @@ Python frame of its own; a failure is located by how far the loop got.
 `run(observer=...)` calls `observer(chain, index)` after each instruction
 runs, so a debugger (`exirc compile --verify` localizing a mismatch) can read
 what it wrote with `value()` before later instructions reuse the memory.
-Observed runs take a separate, slower loop; the plain loop is unchanged.
+Observed runs take a separate, slower loop, as profiled ones do; a plain run
+of a chain `onnx_chain` fused at load is one onnxruntime session call.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from exirc.runtime.argument_checks import check_method
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.kernels import Kernel
+from exirc.runtime.onnx_chain import FusedChain, fuse_chain
 from exirc.runtime.steps import Action, Site, Step, prepare, site_of, with_modules
 from exirc.runtime.values import Values, value_table, written_values
 from exirc.runtime.work import UNITS_PER_STEP, chain_costs, prefix_sums
@@ -145,6 +147,9 @@ class Method:
             self._costs.append(prefix_sums(costs))
             self._extras.append(prefix_sums([cost - 1 for cost in costs]))
         self._profiled: tuple[Profile, list[list[Step]]] | None = None
+        self._fused: FusedChain | None = None if None in self._straight else fuse_chain(
+            plan, kernels, backends, env, values.written, self.has_state,
+            dynamic=bool(shapes is not None and shapes.values))
 
     @property
     def has_state(self) -> bool:
@@ -177,6 +182,9 @@ class Method:
         except Exception as error:  # noqa: BLE001 (a plan whose input memory is unusable)
             raise ExecutionError(f"cannot copy the inputs of method {self.name!r} into its "
                                  f"planned memory: {type(error).__name__}: {error}") from error
+        if (fused := self._fused) is not None and profile is None and observer is None and \
+                self.max_steps >= fused.length and fused.run():
+            return fused.results(self._env, self.output_values)
         chains = self._chains if profile is None else self._profiled_chains(profile)
         allowance: Allowance = (self.max_steps, None)
         for c, steps in enumerate(chains):

@@ -142,8 +142,13 @@ class OnnxDelegate:
         threads = torch.get_num_threads()
         session = self._sessions.get(threads)
         if session is None:
-            session = self._sessions[threads] = _new_session(self.model, threads)
+            session = self._sessions[threads] = new_session(self.model, threads)
         return session
+
+    def drop_sessions(self) -> None:
+        """Free the sessions (and their weights); the next call makes one again."""
+        self._sessions.clear()
+        self._binding, self._bound_for, self._last_args = None, (), None
 
     def execute(self, args: list[Any]) -> None:
         """Run on the DelegateCall's arguments (inputs, then outputs written in place)."""
@@ -255,7 +260,8 @@ def _overlap(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
 _FLOAT32: Any = None  # numpy.float32, set when onnxruntime is first used
 
 
-def _new_session(model: bytes, threads: int) -> Any:
+def new_session(model: bytes, threads: int) -> Any:
+    """An onnxruntime CPU session over `model` with `threads` intra-op threads."""
     global _FLOAT32
     import numpy
     import onnxruntime  # type: ignore[import-untyped,import-not-found,unused-ignore]

@@ -1,0 +1,226 @@
+"""The ATen kernels a fused chain (`onnx_chain`) can express as ONNX nodes.
+
+Between a program's XNNPACK delegates sit a few portable kernels that XNNPACK
+has no node for: attention's "safe softmax" guard (eq, logical_not, any,
+where), a BERT mask's cast, index and bitwise and, the embedding lookups that
+feed the first delegate. Each costs 1-5 us as a torch call, more than the
+work it does. Each translator here appends the ONNX nodes computing exactly
+what the kernel computes, for the argument kinds it can prove that of, and
+raises `NotMapped` for anything else (the chain then runs kernel by kernel).
+
+Exactness, kernel by kernel:
+- embedding: Gather along axis 0. ONNX Gather wraps negative indices where
+  torch raises, so the chain also outputs its least index (`Fusion.floors`):
+  a negative one makes the run fall back to the kernels, which raise. An
+  index past the end makes onnxruntime fail, with the same fallback.
+- eq/ne with a scalar: compared in the tensor's own dtype, as torch does when
+  the scalar is of the tensor's kind (a float with a float tensor, an int
+  with an integer one); other mixes are refused (torch would promote).
+- any/all over dims of a bool tensor: ReduceMax/ReduceMin of it as int32.
+- where, logical_not, logical/bitwise and/or on bool: Where, Not, And, Or.
+- _to_copy from bool or an integer dtype: Cast (ONNX and torch agree there:
+  non-zero is true, integers to float round to nearest); float sources are
+  refused (NaN and overflow casts differ).
+- index.Tensor with constant indices only: GatherND over the indices
+  broadcast and stacked at load, negative ones wrapped and all checked in
+  range then (an out-of-range constant is refused: the kernel raises).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy
+import torch
+
+from exirc.runtime.xnnpack.onnx_builder import NotMapped
+
+INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+class Emitter(Protocol):
+    """What a translator needs from the chain being built (`onnx_chain._Builder`)."""
+
+    def name(self, value: int) -> str: ...
+    def tensor(self, value: int) -> torch.Tensor: ...
+    def scalar(self, value: int) -> Any: ...
+    def constant(self, value: int) -> torch.Tensor: ...
+    def items(self, value: int) -> list[int | None] | None: ...
+    def array(self, stem: str, array: numpy.ndarray) -> str: ...
+    def node(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
+             **attributes: Any) -> str: ...
+    def floor(self, indices: str) -> None: ...
+
+
+Translator = Callable[[Emitter, list[int]], None]
+
+
+def _same_shape(e: Emitter, out: int, expected: torch.Size | tuple[int, ...]) -> None:
+    if tuple(e.tensor(out).shape) != tuple(expected):
+        raise NotMapped(f"its output is {tuple(e.tensor(out).shape)}, not {tuple(expected)}")
+
+
+def _broadcast(*tensors: torch.Tensor) -> tuple[int, ...]:
+    try:
+        return tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
+    except RuntimeError:
+        raise NotMapped("its operands do not broadcast") from None
+
+
+def _bool(e: Emitter, *values: int) -> None:
+    for value in values:
+        if e.tensor(value).dtype != torch.bool:
+            raise NotMapped(f"value {value} is {e.tensor(value).dtype}, not bool")
+
+
+def embedding(e: Emitter, args: list[int]) -> None:
+    weight, indices, out = e.tensor(args[0]), e.tensor(args[1]), args[-1]
+    if indices.dtype not in (torch.int32, torch.int64) or weight.dim() != 2 \
+            or indices.numel() == 0 or e.tensor(out).dtype != weight.dtype:
+        raise NotMapped("not a 2-d table looked up by int32/int64 indices")
+    _same_shape(e, out, (*indices.shape, weight.shape[1]))
+    e.node("Gather", [e.name(args[0]), e.name(args[1])], [e.name(out)], axis=0)
+    e.floor(e.name(args[1]))
+
+
+def _scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndarray:
+    dtype = tensor.dtype
+    if dtype == torch.bool and isinstance(scalar, bool):
+        return numpy.asarray(scalar, dtype=numpy.bool_)
+    if dtype in INTEGER_DTYPES and isinstance(scalar, int) and not isinstance(scalar, bool):
+        info = torch.iinfo(dtype)
+        if info.min <= scalar <= info.max:
+            return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
+    if dtype in (torch.float32, torch.float64) and isinstance(scalar, float):
+        return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
+    raise NotMapped(f"a {type(scalar).__name__} scalar with a {dtype} tensor is promoted")
+
+
+def _compare_scalar(negate: bool) -> Translator:
+    def translate(e: Emitter, args: list[int]) -> None:
+        tensor, out = e.tensor(args[0]), args[-1]
+        scalar = _scalar_of_kind(e, tensor, e.scalar(args[1]))
+        _bool(e, out)
+        _same_shape(e, out, tensor.shape)
+        equal = e.node("Equal", [e.name(args[0]), e.array("scalar", scalar)],
+                       None if negate else [e.name(out)])
+        if negate:
+            e.node("Not", [equal], [e.name(out)])
+    return translate
+
+
+def logical_not(e: Emitter, args: list[int]) -> None:
+    _bool(e, args[0], args[-1])
+    _same_shape(e, args[-1], e.tensor(args[0]).shape)
+    e.node("Not", [e.name(args[0])], [e.name(args[-1])])
+
+
+def _binary_bool(op_type: str) -> Translator:
+    def translate(e: Emitter, args: list[int]) -> None:
+        _bool(e, args[0], args[1], args[-1])
+        _same_shape(e, args[-1], _broadcast(e.tensor(args[0]), e.tensor(args[1])))
+        e.node(op_type, [e.name(args[0]), e.name(args[1])], [e.name(args[-1])])
+    return translate
+
+
+def _reduce_bool(op_type: str, dims_at: int | None) -> Translator:
+    """any/all: over `args[dims_at]` (an int or an int list; None for all dims)."""
+
+    def translate(e: Emitter, args: list[int]) -> None:
+        source, out = e.tensor(args[0]), args[-1]
+        _bool(e, args[0], out)
+        rank = source.dim()
+        dims = e.scalar(args[dims_at]) if dims_at is not None else None
+        keep = bool(e.scalar(args[dims_at + 1])) if dims_at is not None else False
+        if dims is None:
+            dims = list(range(rank))
+        elif isinstance(dims, int) and not isinstance(dims, bool):
+            dims = [dims]
+        if not isinstance(dims, list) or not all(isinstance(d, int) and -rank <= d < rank
+                                                 for d in dims) or rank == 0:
+            raise NotMapped(f"dims {dims!r} of a rank-{rank} tensor")
+        axes = sorted({d % rank for d in dims})
+        if any(source.shape[d] == 0 for d in axes):
+            raise NotMapped("it reduces an empty dim")
+        expected = [1 if d in axes else size for d, size in enumerate(source.shape)]
+        if not keep:
+            expected = [size for d, size in enumerate(expected) if d not in axes]
+        _same_shape(e, out, tuple(expected))
+        as_int = e.node("Cast", [e.name(args[0])], to=_INT32)
+        reduced = e.node(op_type, [as_int, e.array("axes", numpy.asarray(axes, numpy.int64))],
+                         keepdims=int(keep))
+        e.node("Cast", [reduced], [e.name(out)], to=_BOOL)
+    return translate
+
+
+def where(e: Emitter, args: list[int]) -> None:
+    condition, a, b, out = (e.tensor(v) for v in args[:4])
+    _bool(e, args[0])
+    if not a.dtype == b.dtype == out.dtype:
+        raise NotMapped(f"where of {a.dtype} and {b.dtype} into {out.dtype} promotes")
+    _same_shape(e, args[3], _broadcast(condition, a, b))
+    e.node("Where", [e.name(v) for v in args[:3]], [e.name(args[3])])
+
+
+def to_copy(e: Emitter, args: list[int]) -> None:
+    source, out = e.tensor(args[0]), e.tensor(args[-1])
+    if source.dtype != torch.bool and source.dtype not in INTEGER_DTYPES:
+        raise NotMapped(f"a cast from {source.dtype} (NaN and overflow differ)")
+    target = ONNX_TYPES.get(out.dtype)
+    if target is None:
+        raise NotMapped(f"a cast to {out.dtype}")
+    _same_shape(e, args[-1], source.shape)
+    e.node("Cast", [e.name(args[0])], [e.name(args[-1])], to=target)
+
+
+def index(e: Emitter, args: list[int]) -> None:
+    """x[i0, i1, ...] with every index a constant integer tensor (no None)."""
+    source, out = e.tensor(args[0]), args[-1]
+    indices = e.items(args[1])
+    if not indices or len(indices) > source.dim() or any(i is None for i in indices):
+        raise NotMapped("its indices are not all tensors")
+    tensors = [e.constant(i) for i in indices if i is not None]
+    if any(t.dtype not in (torch.int32, torch.int64) for t in tensors):
+        raise NotMapped("its indices are not integer tensors (a bool mask?)")
+    shape = _broadcast(*tensors)
+    stacked = []
+    for dim, t in enumerate(tensors):
+        size = source.shape[dim]
+        wide = t.to(torch.int64).expand(shape)
+        if bool(((wide < -size) | (wide >= size)).any()):
+            raise NotMapped(f"an index is out of range for dim {dim} of size {size}")
+        stacked.append(torch.where(wide < 0, wide + size, wide))
+    _same_shape(e, out, (*shape, *source.shape[len(tensors):]))
+    positions = torch.stack(stacked, dim=-1).numpy() if shape else \
+        numpy.asarray([int(t) for t in stacked], numpy.int64)
+    e.node("GatherND", [e.name(args[0]), e.array("index", positions)], [e.name(out)])
+
+
+_BOOL, _INT32 = 9, 6  # onnx.TensorProto.BOOL, INT32 (onnx is imported lazily)
+ONNX_TYPES: dict[torch.dtype, int] = {
+    torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5, torch.int32: 6,
+    torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11,
+}
+"""onnx.TensorProto's element types by torch dtype."""
+
+TRANSLATORS: dict[str, Translator] = {
+    "aten::embedding.out": embedding,
+    "aten::eq.Scalar_out": _compare_scalar(negate=False),
+    "aten::ne.Scalar_out": _compare_scalar(negate=True),
+    "aten::logical_not.out": logical_not,
+    "aten::logical_and.out": _binary_bool("And"),
+    "aten::logical_or.out": _binary_bool("Or"),
+    "aten::bitwise_and.Tensor_out": _binary_bool("And"),
+    "aten::bitwise_or.Tensor_out": _binary_bool("Or"),
+    "aten::any.out": _reduce_bool("ReduceMax", 1),
+    "aten::any.dims_out": _reduce_bool("ReduceMax", 1),
+    "aten::any.all_out": _reduce_bool("ReduceMax", None),
+    "aten::all.out": _reduce_bool("ReduceMin", 1),
+    "aten::all.dims_out": _reduce_bool("ReduceMin", 1),
+    "aten::all.all_out": _reduce_bool("ReduceMin", None),
+    "aten::where.self_out": where,
+    "aten::_to_copy.out": to_copy,
+    "aten::index.Tensor_out": index,
+}
+"""Kernel name (as programs spell it) -> its translator."""

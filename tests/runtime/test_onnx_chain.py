@@ -1,0 +1,155 @@
+"""A method's whole chain as one onnxruntime session (exirc.runtime.onnx_chain):
+the same answers as the kernel-by-kernel run and eager PyTorch; the errors of
+the kernel-by-kernel run for indices a session would wrap or refuse; no fused
+chain where one cannot be exact (an untranslatable kernel, program state, the
+torch engine), and such methods still run as before."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+from exirc.compiler import CompileOptions, compile_module
+from exirc.runtime import load
+from exirc.runtime.method import Method
+from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE
+from tests.models.zoo import ZOO, flatten_outputs
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+FUSED = ["vit_tiny", "bert", "gpt2_masked", "embedding_classifier", "causal_attention"]
+"""Zoo models whose xnnpack programs have kernels between or before their
+delegates: attention's safe-softmax guard (eq, logical_not, any, where), BERT's
+and GPT-2's masks (_to_copy, index, bitwise_and, where), embedding lookups."""
+
+
+@functools.cache
+def xnnpack_program(name: str) -> bytes:
+    model = ZOO[name]
+    return compile_module(model.module(), model.inputs(),
+                          options=CompileOptions(target="xnnpack")).data
+
+
+def forward(name: str) -> Method:
+    return load(xnnpack_program(name)).method("forward")
+
+
+def kernel_by_kernel(method: Method, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The run without the fused session: an observed run takes the instructions one by one."""
+    return method.run(inputs, observer=lambda chain, index: None)
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_the_fused_chain_answers_as_the_kernels_and_eager_do(name: str) -> None:
+    model = ZOO[name]
+    if not model.available:
+        pytest.skip(f"{name} needs {model.requires}")
+    method = forward(name)
+    assert method._fused is not None, "the chain was expected to fuse"
+    inputs = list(model.inputs())
+    fused = flatten_outputs(method.run(inputs))
+    again = flatten_outputs(method.run(inputs))  # the reused binding
+    separate = flatten_outputs(kernel_by_kernel(method, inputs))
+    expected = model.reference_outputs()
+    assert len(fused) == len(separate) == len(expected)
+    for got, second, other, want in zip(fused, again, separate, expected):
+        torch.testing.assert_close(got, second, rtol=0, atol=0)
+        torch.testing.assert_close(got, other, rtol=model.rtol, atol=model.atol)
+        torch.testing.assert_close(got, want, rtol=model.rtol, atol=model.atol)
+
+
+def test_outputs_survive_the_next_run_and_new_inputs_are_read() -> None:
+    model = ZOO["vit_tiny"]
+    method = forward("vit_tiny")
+    first_inputs = list(model.inputs())
+    first = method.run(first_inputs)[0]
+    kept = first.clone()
+    other = [torch.randn_like(first_inputs[0])]
+    second = method.run(other)[0]
+    torch.testing.assert_close(first, kept, rtol=0, atol=0)
+    assert not torch.equal(first, second)
+    with torch.no_grad():
+        torch.testing.assert_close(second, model.module()(*other), rtol=model.rtol,
+                                   atol=model.atol)
+
+
+def test_a_change_of_thread_count_makes_a_session_for_it() -> None:
+    model = ZOO["bert"]
+    if not model.available:
+        pytest.skip("bert needs transformers")
+    method, inputs = forward("bert"), list(model.inputs())
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = flatten_outputs(method.run(inputs))
+        torch.set_num_threads(1)
+        one = flatten_outputs(method.run(inputs))
+    finally:
+        torch.set_num_threads(before)
+    assert method._fused is not None and len(method._fused._sessions) >= 2
+    for a, b in zip(one, two):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad_id", [-1, 10_000], ids=["negative", "past_the_end"])
+def test_an_index_the_session_would_wrap_or_refuse_fails_as_the_kernel_does(bad_id: int) -> None:
+    # ONNX Gather wraps -1 to the last row; torch's embedding raises. The fused
+    # run must not answer: it falls back and the kernel's located error is raised.
+    model = ZOO["embedding_classifier"]
+    method = forward("embedding_classifier")
+    assert method._fused is not None
+    inputs = [t.clone() for t in model.inputs()]
+    inputs[0].view(-1)[1] = bad_id
+    with pytest.raises(Exception) as fused_error:
+        method.run(inputs)
+    with pytest.raises(Exception) as kernel_error:
+        kernel_by_kernel(method, inputs)
+    assert type(fused_error.value) is type(kernel_error.value)
+    assert str(fused_error.value) == str(kernel_error.value)
+    assert "embedding" in str(fused_error.value)
+    good = list(model.inputs())  # and the method still answers right afterwards
+    torch.testing.assert_close(flatten_outputs(method.run(good)), model.reference_outputs(),
+                               rtol=model.rtol, atol=model.atol)
+
+
+class CumulativeHead(nn.Module):
+    """A linear (delegated) and a cumsum, which no translator takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(self.linear(x), dim=-1)
+
+
+def test_a_kernel_without_an_onnx_form_keeps_the_chain_kernel_by_kernel() -> None:
+    module, x = CumulativeHead().eval(), torch.randn(2, 8)
+    data = compile_module(module, (x,), options=CompileOptions(target="xnnpack")).data
+    method = load(data).method("forward")
+    assert method._fused is None
+    with torch.no_grad():
+        torch.testing.assert_close(method.run([x])[0], module(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_torch_engine_fuses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
+    model = ZOO["vit_tiny"]
+    method = forward("vit_tiny")
+    assert method._fused is None
+    torch.testing.assert_close(method.run(list(model.inputs()))[0],
+                               model.reference_outputs()[0], rtol=model.rtol, atol=model.atol)
+
+
+def test_a_profiled_run_still_times_every_instruction() -> None:
+    from exirc.runtime.profile import Profile
+
+    method, inputs = forward("vit_tiny"), list(ZOO["vit_tiny"].inputs())
+    profile = Profile()
+    method.run(inputs, profile=profile)
+    labels = " ".join(str(row) for row in profile.rows())
+    assert "any" in labels and "where" in labels and "delegate" in labels.lower()
