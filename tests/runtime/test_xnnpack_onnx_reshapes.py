@@ -122,6 +122,16 @@ CASES = [
     Case("norm_over_two_dims", {"x": [2, 5, 4, 8]}, {"y": [2, 5, 4, 8]},
          lambda: [reshape("x", [10, 32], "a"), *_norm("a", "n", (32,), -1),
                   reshape("n", [2, 5, 4, 8], "y")], 2, 1),
+    # A residual sum read again (pre-norm, as GPT-2) is no SkipLayerNormalization for
+    # onnxruntime; one read by the norm alone (post-norm, as BERT) would be.
+    Case("norm_of_a_sum_read_again", {"x": [1, 17, 32], "r": [1, 17, 32]},
+         {"z": [1, 17, 32]},
+         lambda: [_node("Add", ["x", "r"], "s"), reshape("s", [17, 32, 1, 1], "a"),
+                  *_norm("a", "n", (32, 1, 1), 1), reshape("n", [1, 17, 32], "y"),
+                  _node("Add", ["s", "y"], "z")], 2, 0),
+    Case("norm_of_a_sum_read_once", {"x": [1, 17, 32], "r": [1, 17, 32]}, {"y": [1, 17, 32]},
+         lambda: [_node("Add", ["x", "r"], "s"), reshape("s", [17, 32, 1, 1], "a"),
+                  *_norm("a", "n", (32, 1, 1), 1), reshape("n", [1, 17, 32], "y")], 2, 2),
     Case("norm_groups_do_not_line_up", {"x": [2, 3, 4]}, {"y": [2, 3, 4]},
          lambda: [reshape("x", [3, 8, 1], "a"), *_norm("a", "n", (8, 1), 1),
                   reshape("n", [2, 3, 4], "y")], 2, 2),

@@ -13,6 +13,8 @@ graph in place, until nothing changes:
    the Reshape's input over the axis j whose groups are the same elements
    (prod(S[:j]) == prod(T[:k])), its constant scale and bias reshaped to S[j:],
    so that only one Reshape remains (and rule 2 drops it if it is S -> S);
+   not after an Add that onnxruntime would then fuse into the norm (see
+   `_Rewriter._would_fuse_with_its_add`);
 4. a Reshape, a chain of elementwise nodes that do not care about shape (unary
    ones, or binary ones with a one-element constant), and a Reshape: the
    second Reshape moves above the chain, where rule 1 merges it with the first.
@@ -25,7 +27,6 @@ without changing any arithmetic, so the results are exactly the same.
 
 from __future__ import annotations
 
-from collections import Counter
 from math import prod
 from typing import TYPE_CHECKING
 
@@ -96,6 +97,17 @@ def _inferred_shapes(model: ModelProto) -> dict[str, Shape]:
     return shapes
 
 
+class _Node:
+    """A node's op type, inputs and outputs as Python lists (protobuf fields are slow
+    to read again and again); `proto` gets them back in `_Rewriter.finish`."""
+
+    def __init__(self, proto: NodeProto) -> None:
+        self.proto = proto
+        self.op_type: str = proto.op_type
+        self.input: list[str] = list(proto.input)
+        self.output: list[str] = list(proto.output)
+
+
 class _Rewriter:
     """The graph's nodes with who reads and makes each value; one rewrite a `step`."""
 
@@ -105,7 +117,7 @@ class _Rewriter:
         self.onnx = onnx
         self.graph = model.graph
         self.shapes = shapes
-        self.nodes: list[NodeProto] = list(self.graph.node)
+        self.nodes = [_Node(proto) for proto in self.graph.node]
         self.initializers = {t.name: t for t in self.graph.initializer}
         self.outputs = {o.name for o in self.graph.output}
         self.names = {n for node in self.nodes for n in (*node.input, *node.output)}
@@ -116,14 +128,20 @@ class _Rewriter:
     # -- bookkeeping -----------------------------------------------------------
 
     def _index(self) -> None:
-        self.readers: Counter[str] = Counter(n for node in self.nodes for n in node.input)
-        self.producer = {n: node for node in self.nodes for n in node.output}
+        # A node reading a value twice is in its list twice: one entry an input slot.
+        self.read_by: dict[str, list[_Node]] = {}
+        self.producer: dict[str, _Node] = {}
+        for node in self.nodes:
+            for name in node.input:
+                self.read_by.setdefault(name, []).append(node)
+            for name in node.output:
+                self.producer[name] = node
 
     def _only_reader(self, name: str) -> bool:
         """Whether `name` has one reader (one input slot) and is not a graph output."""
-        return self.readers[name] == 1 and name not in self.outputs
+        return len(self.read_by.get(name, ())) == 1 and name not in self.outputs
 
-    def _made_by(self, name: str, op_type: str) -> NodeProto | None:
+    def _made_by(self, name: str, op_type: str) -> _Node | None:
         node = self.producer.get(name)
         return node if node is not None and node.op_type == op_type else None
 
@@ -145,14 +163,14 @@ class _Rewriter:
         self.shapes[name] = tuple(array.shape)
         return name
 
-    def _reshape_to(self, node: NodeProto, source: str, shape: Shape) -> None:
+    def _reshape_to(self, node: _Node, source: str, shape: Shape) -> None:
         """Make `node` (a Reshape) read `source` and reshape it to `shape`."""
         node.input[0] = source
         node.input[1] = self._new_constant("shape", numpy.asarray(shape, dtype=numpy.int64))
         self.shapes[node.output[0]] = shape
-        del node.attribute[:]  # allowzero is moot: no shape here has a 0
+        del node.proto.attribute[:]  # allowzero is moot: no shape here has a 0
 
-    def _plain_reshape(self, node: NodeProto) -> bool:
+    def _plain_reshape(self, node: _Node) -> bool:
         return (node.op_type == "Reshape" and node.input[0] in self.shapes
                 and node.output[0] in self.shapes)
 
@@ -169,7 +187,7 @@ class _Rewriter:
                 return True
         return False
 
-    def _merge(self, second: NodeProto) -> bool:
+    def _merge(self, second: _Node) -> bool:
         """Rule 1: Reshape(Reshape(x)) -> Reshape(x) when the middle value has no
         other reader."""
         first = self._made_by(second.input[0], "Reshape")
@@ -180,32 +198,35 @@ class _Rewriter:
         self.nodes.remove(first)
         return True
 
-    def _drop(self, node: NodeProto) -> bool:
+    def _drop(self, node: _Node) -> bool:
         """Rule 2: a Reshape to its input's own shape is gone (not a graph output)."""
         source, target = node.input[0], node.output[0]
         if self.shapes[source] != self.shapes[target] or target in self.outputs:
             return False
-        for reader in self.nodes:
+        for reader in self.read_by.get(target, []):
             for i, name in enumerate(reader.input):
                 if name == target:
                     reader.input[i] = source
         self.nodes.remove(node)
         return True
 
-    def _norm_on_source(self, reshape: NodeProto) -> bool:
+    def _norm_on_source(self, reshape: _Node) -> bool:
         """Rule 3: Reshape(x: S -> T) -> LayerNormalization -> Reshape becomes the
         norm on x (same groups of elements), then one Reshape."""
         norm_input = reshape.output[0]
-        norm = next((n for n in self.nodes if norm_input in n.input[:1]), None)
-        if norm is None or norm.op_type != "LayerNormalization" or \
-                not self._only_reader(norm_input) or len(norm.output) != 1:
+        if not self._only_reader(norm_input):
+            return False
+        (norm,) = self.read_by[norm_input]
+        if norm.op_type != "LayerNormalization" or norm.input[0] != norm_input or \
+                len(norm.output) != 1:
             return False
         (normed,) = norm.output
-        after = [n for n in self.nodes if normed in n.input]
-        if not self._only_reader(normed) or after[0].op_type != "Reshape":
+        if not self._only_reader(normed) or self.read_by[normed][0].op_type != "Reshape":
+            return False
+        if self._would_fuse_with_its_add(reshape.input[0]):
             return False
         source, target = self.shapes[reshape.input[0]], self.shapes[norm_input]
-        axis = next((a.i for a in norm.attribute if a.name == "axis"), -1) % len(target)
+        axis = next((a.i for a in norm.proto.attribute if a.name == "axis"), -1) % len(target)
         groups = prod(target[:axis])
         axes = [j for j in range(len(source)) if prod(source[:j]) == groups]
         weights = [self._constant(name) for name in norm.input[1:] if name]
@@ -216,11 +237,11 @@ class _Rewriter:
             assert weight is not None
             norm.input[slot] = self._new_constant(
                 "ln_weight", weight.reshape(source[new_axis:]))
-        for attribute in norm.attribute:
+        for attribute in norm.proto.attribute:
             if attribute.name == "axis":
                 attribute.i = new_axis
-        if not any(a.name == "axis" for a in norm.attribute):
-            norm.attribute.append(self.onnx.helper.make_attribute("axis", new_axis))
+        if not any(a.name == "axis" for a in norm.proto.attribute):
+            norm.proto.attribute.append(self.onnx.helper.make_attribute("axis", new_axis))
         norm.input[0] = reshape.input[0]
         norm.output[0] = self._fresh(normed)
         self.shapes[norm.output[0]] = source
@@ -231,10 +252,22 @@ class _Rewriter:
         self.nodes.insert(self.nodes.index(norm) + 1, reshape)
         return True
 
-    def _move_above_chain(self, last: NodeProto) -> bool:
+    def _would_fuse_with_its_add(self, value: str) -> bool:
+        """Whether a LayerNormalization reading `value` would meet onnxruntime's
+        SkipLayerNormFusion: an Add of two 3-D values of one shape, read by nothing
+        else. Its fused kernel sums and normalises in another order (results differ
+        in the last bits) and ran slower here (bert: 60 -> 65 us), so the norm stays
+        behind its Reshape; unknown shapes count as fusing."""
+        add = self._made_by(value, "Add")
+        if add is None or not self._only_reader(value):
+            return False
+        shapes = [self.shapes.get(name) for name in add.input]
+        return None in shapes or (shapes[0] == shapes[1] and len(shapes[0] or ()) == 3)
+
+    def _move_above_chain(self, last: _Node) -> bool:
         """Rule 4: Reshape -> shape-agnostic elementwise chain -> Reshape: the last
         Reshape moves above the chain, next to the first."""
-        chain: list[NodeProto] = []
+        chain: list[_Node] = []
         value = last.input[0]
         while self._only_reader(value):
             node = self.producer.get(value)
@@ -255,7 +288,7 @@ class _Rewriter:
         self.nodes.remove(last)
         return True
 
-    def _elementwise_operand(self, node: NodeProto) -> str | None:
+    def _elementwise_operand(self, node: _Node) -> str | None:
         """The one computed input of an elementwise node whose other inputs have one
         element each; None for any other node."""
         if len(node.output) != 1 or node.output[0] not in self.shapes:
@@ -275,7 +308,7 @@ class _Rewriter:
             return None
         return variable if self.shapes.get(variable) == self.shapes[node.output[0]] else None
 
-    def _fit_constants(self, chain: list[NodeProto], rank: int) -> None:
+    def _fit_constants(self, chain: list[_Node], rank: int) -> None:
         """Give each one-element operand of `chain` with a rank above `rank` a rank-0
         copy, so that broadcasting it does not grow the moved node's output."""
         for node in chain:
@@ -292,7 +325,10 @@ class _Rewriter:
         """Write the nodes back; drop initializers nothing reads any more."""
         read = {name for node in self.nodes for name in node.input}
         del self.graph.value_info[:]  # shapes in the middle may have changed
+        for node in self.nodes:
+            node.proto.input[:] = node.input
+            node.proto.output[:] = node.output
         del self.graph.node[:]
-        self.graph.node.extend(self.nodes)
+        self.graph.node.extend(node.proto for node in self.nodes)
         del self.graph.initializer[:]
         self.graph.initializer.extend(t for name, t in self.initializers.items() if name in read)
