@@ -16,8 +16,11 @@ graph in place, until nothing changes:
    not after an Add that onnxruntime would then fuse into the norm (see
    `_Rewriter._would_fuse_with_its_add`);
 4. a Reshape, a chain of elementwise nodes that do not care about shape (unary
-   ones, or binary ones with a one-element constant), and a Reshape: the
-   second Reshape moves above the chain, where rule 1 merges it with the first.
+   ones, or binary ones with a one-element constant), and a Reshape: one
+   Reshape moves to the other side of the chain, where the two are one.
+
+No rewrite lets onnxruntime fuse two nodes a Reshape kept apart into a kernel
+that computes in another order (`FUSES_WITH`, and a norm after a residual Add).
 
 A value read by anything else, a graph output in the middle of a pattern, or a
 shape that shape inference cannot tell exactly (unknown, symbolic, empty)
@@ -45,6 +48,14 @@ UNARY = frozenset({"Abs", "Ceil", "Celu", "Clip", "Cos", "Elu", "Erf", "Exp", "F
 bounds are scalars by definition)."""
 BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"})
 """Broadcasting ops: elementwise only when the other operand has one element."""
+_MATMULS = frozenset({"MatMul", "Gemm", "Transpose"})  # Transpose: onnxruntime folds it in
+FUSES_WITH = {"Mul": _MATMULS, "Div": _MATMULS, "MatMul": frozenset({"Mul", "Div"}),
+              "Gemm": frozenset({"Mul", "Div"}),
+              "Add": frozenset({"LayerNormalization", "Gelu", "Softmax"})}
+"""Producer -> readers that onnxruntime (ORT_ENABLE_ALL) fuses into one kernel doing
+the arithmetic in another order once they meet: a scale into a MatMul's alpha
+(MatMulScaleFusion), a bias into SkipLayerNormalization, BiasGelu or BiasSoftmax.
+No rewrite makes such a pair meet: the results would move in the last bits."""
 
 
 def simplify_reshapes(model: ModelProto) -> None:
@@ -183,7 +194,7 @@ class _Rewriter:
             if not self._plain_reshape(node):
                 continue
             if (self._merge(node) or self._drop(node) or self._norm_on_source(node)
-                    or self._move_above_chain(node)):
+                    or self._move_chain(node)):
                 return True
         return False
 
@@ -201,7 +212,8 @@ class _Rewriter:
     def _drop(self, node: _Node) -> bool:
         """Rule 2: a Reshape to its input's own shape is gone (not a graph output)."""
         source, target = node.input[0], node.output[0]
-        if self.shapes[source] != self.shapes[target] or target in self.outputs:
+        if self.shapes[source] != self.shapes[target] or target in self.outputs or \
+                self._fuses(self.producer.get(source), self.read_by.get(target, [])):
             return False
         for reader in self.read_by.get(target, []):
             for i, name in enumerate(reader.input):
@@ -264,10 +276,12 @@ class _Rewriter:
         shapes = [self.shapes.get(name) for name in add.input]
         return None in shapes or (shapes[0] == shapes[1] and len(shapes[0] or ()) == 3)
 
-    def _move_above_chain(self, last: _Node) -> bool:
-        """Rule 4: Reshape -> shape-agnostic elementwise chain -> Reshape: the last
-        Reshape moves above the chain, next to the first."""
-        chain: list[_Node] = []
+    def _move_chain(self, last: _Node) -> bool:
+        """Rule 4: Reshape -> shape-agnostic elementwise chain -> Reshape: one Reshape
+        moves to the other's side of the chain, where they are one. The last moves
+        above the chain, unless the chain would then meet its reader in a fusion
+        (`_fuses`); else the first moves below it."""
+        chain: list[_Node] = []  # from the last node up
         value = last.input[0]
         while self._only_reader(value):
             node = self.producer.get(value)
@@ -278,15 +292,30 @@ class _Rewriter:
         first = self._made_by(value, "Reshape")
         if not chain or first is None or not self._only_reader(value):
             return False
-        shape = self.shapes[last.output[0]]
+        source, target = first.input[0], last.output[0]
+        if not self._fuses(chain[0], self.read_by.get(target, [])):
+            shape = self.shapes[target]  # the chain runs on the final shape
+            self._reshape_to(first, source, shape)
+            chain[0].output[0] = target
+            self.nodes.remove(last)
+        elif not self._fuses(self.producer.get(source), [chain[-1]]):
+            shape = self.shapes[source]  # the chain runs on the first one's input
+            chain[-1].input[chain[-1].input.index(value)] = source
+            self._reshape_to(last, last.input[0], self.shapes[target])
+            self.nodes.remove(first)
+        else:
+            return False
         self._fit_constants(chain, len(shape))
-        # `first` now reshapes straight to the final shape; the chain runs on it.
-        self._reshape_to(first, first.input[0], shape)
         for node in chain:
             self.shapes[node.output[0]] = shape
-        chain[0].output[0] = last.output[0]
-        self.nodes.remove(last)
         return True
+
+    @staticmethod
+    def _fuses(producer: _Node | None, readers: list[_Node]) -> bool:
+        """Whether onnxruntime's optimizer would fuse `producer` with one of `readers`
+        into a kernel with other arithmetic if no Reshape stood between them."""
+        fusing = FUSES_WITH.get(producer.op_type, frozenset()) if producer else frozenset()
+        return any(reader.op_type in fusing for reader in readers)
 
     def _elementwise_operand(self, node: _Node) -> str | None:
         """The one computed input of an elementwise node whose other inputs have one
