@@ -245,3 +245,13 @@ def test_a_transformer_block_runs_with_fewer_reshapes(
                                    slice(len(onnx_ops) // 2, None)))
     assert fewer < emitted, onnx_ops
     assert "LayerNormalization" in onnx_ops[0]
+
+
+def test_shapes_that_contradict_leave_the_model_as_it_is() -> None:
+    case = Case("contradiction", {"x": [2, 3]}, {"y": [7]},
+                lambda: [reshape("x", [6], "a"), reshape("a", [6], "y")], 2, 2)
+    model = _model(case)
+    simplified = onnx.ModelProto()
+    simplified.CopyFrom(model)
+    simplify_reshapes(simplified)
+    assert simplified == model

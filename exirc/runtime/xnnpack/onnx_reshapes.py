@@ -70,8 +70,8 @@ def simplify_reshapes(model: ModelProto) -> None:
         return  # readers inside subgraphs are not counted below
     try:
         shapes = _inferred_shapes(model)
-    except onnx.shape_inference.InferenceError:
-        return
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        return  # shapes we cannot be sure of: nothing is rewritten
     rewriter = _Rewriter(model, shapes)
     # Each rewrite removes a Reshape or moves a norm above one: this many always end it.
     for _ in range(4 * len(graph.node) + 1):
@@ -238,6 +238,8 @@ class _Rewriter:
         if self._would_fuse_with_its_add(reshape.input[0]):
             return False
         source, target = self.shapes[reshape.input[0]], self.shapes[norm_input]
+        if not target:
+            return False
         axis = next((a.i for a in norm.proto.attribute if a.name == "axis"), -1) % len(target)
         groups = prod(target[:axis])
         axes = [j for j in range(len(source)) if prod(source[:j]) == groups]
