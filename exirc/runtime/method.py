@@ -184,7 +184,7 @@ class Method:
                                  f"planned memory: {type(error).__name__}: {error}") from error
         if (fused := self._fused) is not None and profile is None and observer is None and \
                 self.max_steps >= fused.length and fused.run():
-            return fused.results(self._env, self.output_values)
+            return fused.results(self._env, self.output_values, _copy_out)
         chains = self._chains if profile is None else self._profiled_chains(profile)
         allowance: Allowance = (self.max_steps, None)
         for c, steps in enumerate(chains):

@@ -31,7 +31,7 @@ Profiled and observed runs always go kernel by kernel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,10 +91,13 @@ class FusedChain:
             return False
         return self._floor_view is None or bool(self._floor_view >= 0)
 
-    def results(self, env: list[Any], values: list[int]) -> list[Any]:
-        """The method's outputs after `run`: copies, as `Method.run` returns them."""
+    def results(self, env: list[Any], values: list[int],
+                copy: Callable[[Any], Any]) -> list[Any]:
+        """The method's outputs after `run`, each passed through `copy` (Method.run's):
+        those the chain wrote from the session's memory, others (an input, a
+        constant) from the value table."""
         outputs = self.outputs
-        return [outputs[v][1].clone() if v in outputs else _copy(env[v]) for v in values]
+        return [copy(outputs[v][1] if v in outputs else env[v]) for v in values]
 
     def _bind(self) -> Any:
         session = self.session()
@@ -126,15 +129,6 @@ FLOOR = "least_embedding_index"
 def _span(tensor: torch.Tensor) -> tuple[int, int]:
     start = tensor.data_ptr()
     return start, start + tensor.numel() * tensor.element_size()
-
-
-def _copy(value: Any) -> Any:
-    """A method output the chain does not write (an input, a constant), as run returns it."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, list):
-        return [_copy(item) for item in value]
-    return value
 
 
 def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
