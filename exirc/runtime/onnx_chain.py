@@ -41,7 +41,7 @@ import torch
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
-from exirc.runtime.xnnpack.onnx_engine import OnnxDelegate, new_session
+from exirc.runtime.xnnpack.onnx_engine import Binding, OnnxDelegate, session_for_threads
 from exirc.serialize import program as P
 
 OPSET = 20  # as the delegates' ONNX forms (onnx_graph.OPSET)
@@ -62,7 +62,7 @@ class FusedChain:
     outputs: dict[int, tuple[str, torch.Tensor]]
     floor: torch.Tensor | None  # the least embedding index of the run, if any
     _sessions: dict[int, Any] = field(default_factory=dict)
-    _binding: Any = None
+    _binding: Any = None  # a Binding once the first run has bound the tensors
     _bound_for: tuple[Any, ...] = ()
     _floor_view: Any = None
 
@@ -72,11 +72,7 @@ class FusedChain:
 
     def session(self) -> Any:
         """The session for torch's current thread count (made once per count)."""
-        threads = torch.get_num_threads()
-        session = self._sessions.get(threads)
-        if session is None:
-            session = self._sessions[threads] = new_session(self.model, threads)
-        return session
+        return session_for_threads(self._sessions, self.model)
 
     def run(self) -> bool:
         """Run the chain on the session; False if the kernels must run it instead."""
@@ -86,7 +82,7 @@ class FusedChain:
                 return False
             self._binding, self._bound_for = self._bind(), key
         try:
-            self._binding.run_with_iobinding()
+            self._binding.run()
         except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
             return False
         return self._floor_view is None or bool(self._floor_view >= 0)
@@ -99,7 +95,7 @@ class FusedChain:
         outputs = self.outputs
         return [copy(outputs[v][1] if v in outputs else env[v]) for v in values]
 
-    def _bind(self) -> Any:
+    def _bind(self) -> Binding:
         session = self.session()
         binding = session.io_binding()
         for name, tensor in self.inputs + self.constants:
@@ -111,16 +107,7 @@ class FusedChain:
         for name, tensor in outputs:
             binding.bind_output(name, "cpu", 0, tensor.numpy().dtype, list(tensor.shape),
                                 tensor.data_ptr())
-        return _Run(session, binding)
-
-
-@dataclass(frozen=True)
-class _Run:
-    session: Any
-    binding: Any
-
-    def run_with_iobinding(self) -> None:
-        self.session.run_with_iobinding(self.binding)
+        return Binding(session, binding)
 
 
 FLOOR = "least_embedding_index"

@@ -139,11 +139,7 @@ class OnnxDelegate:
 
     def session(self) -> Any:
         """The session for torch's current thread count (made once per count)."""
-        threads = torch.get_num_threads()
-        session = self._sessions.get(threads)
-        if session is None:
-            session = self._sessions[threads] = new_session(self.model, threads)
-        return session
+        return session_for_threads(self._sessions, self.model)
 
     def drop_sessions(self) -> None:
         """Free the sessions (and their weights); the next call makes one again."""
@@ -190,7 +186,7 @@ class OnnxDelegate:
         return all(t.data_ptr() == address and t.shape == shape and t.is_contiguous()
                    for t, address, shape in self._last_bound)
 
-    def _new_binding(self, tensors: list[torch.Tensor]) -> _Binding:
+    def _new_binding(self, tensors: list[torch.Tensor]) -> Binding:
         """ORT's IOBinding of the (checked) tensors, in argument order: inputs then outputs."""
         session, graph = self.session(), self.fallback
         binding = session.io_binding()
@@ -200,11 +196,13 @@ class OnnxDelegate:
             binding.bind_input(name, "cpu", 0, _FLOAT32, external.dims, tensor.data_ptr())
         for name, external, tensor in zip(self.output_names, graph.outputs, tensors[count:]):
             binding.bind_output(name, "cpu", 0, _FLOAT32, external.dims, tensor.data_ptr())
-        return _Binding(session, binding)
+        return Binding(session, binding)
 
 
 @dataclass(frozen=True)
-class _Binding:
+class Binding:
+    """A session and the IOBinding its calls run with."""
+
     session: Any
     binding: Any
 
@@ -258,6 +256,16 @@ def _overlap(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
 
 
 _FLOAT32: Any = None  # numpy.float32, set when onnxruntime is first used
+
+
+def session_for_threads(sessions: dict[int, Any], model: bytes) -> Any:
+    """`model`'s session for torch's current thread count, made once per count into
+    `sessions` (a session's intra-op thread count is fixed when it is made)."""
+    threads = torch.get_num_threads()
+    session = sessions.get(threads)
+    if session is None:
+        session = sessions[threads] = new_session(model, threads)
+    return session
 
 
 def new_session(model: bytes, threads: int) -> Any:
