@@ -34,6 +34,7 @@ from exirc.runtime.xnnpack.compile import CompiledGraph, External
 from exirc.runtime.xnnpack.fuse import fuse_clamps
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, value_name
 from exirc.runtime.xnnpack.onnx_fusions import plan_fusions
+from exirc.runtime.xnnpack.onnx_lstm import fuse_lstms
 from exirc.runtime.xnnpack.onnx_nodes import EMITTERS
 from exirc.runtime.xnnpack.onnx_reshapes import simplify_reshapes
 from exirc.runtime.xnnpack.onnx_split import plan_splits
@@ -98,6 +99,7 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
         except NotMapped as reason:
             raise NotMapped(f"{label}: {reason}") from None
     model = _model(builder, compiled)
+    fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
     simplify_reshapes(model.model)
     return model
 
