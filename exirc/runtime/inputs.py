@@ -127,6 +127,11 @@ def _check_symbols(method: str, specs: Sequence[InputSpec], shapes: MethodShapes
 
 
 def _checked(spec: InputSpec, value: Any) -> Any:
+    # The common case first, in a few attribute reads: a plain CPU tensor that is
+    # exactly what a static spec asks for. Anything else takes the full checks.
+    if type(value) is torch.Tensor and value.dtype is spec.dtype and value.is_cpu and \
+            not spec.dynamic and value.shape == spec.shape and not value.requires_grad:
+        return value
     if spec.kind != "tensor":
         return _checked_scalar(spec, value)
     tensor = _as_tensor(spec, value)
