@@ -5,8 +5,8 @@ specs (`inputs`), and one step per instruction (`steps`), a closure that
 runs the instruction and returns where to jump, if anywhere. Running is then
 only this: check the inputs, copy them into their planned memory, call each
 chain's steps in order (following jumps, within a budget), and copy the
-outputs out of the arenas so they survive the next run. One method instance
-runs one call at a time (its arenas are shared state).
+outputs out so they survive the next run. One method instance runs one call
+at a time (its arenas are shared state).
 
 The budget bounds a run's work, so that a file that loops forever is stopped
 within seconds (`StepLimitError`). Straight-line code is bounded by its
@@ -25,8 +25,9 @@ Python frame of its own; a failure is located by how far the loop got.
 `run(observer=...)` calls `observer(chain, index)` after each instruction
 runs, so a debugger (`exirc compile --verify` localizing a mismatch) can read
 what it wrote with `value()` before later instructions reuse the memory.
-Observed runs take a separate, slower loop, as profiled ones do; a plain run
-of a chain `onnx_chain` fused at load is one onnxruntime session call.
+Observed runs take a separate, slower loop, as profiled ones do. A plain run
+of a chain `onnx_chain` fused at load is one onnxruntime session call on the
+inputs where the caller has them; the plan is fed only if the kernels run.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ from exirc.errors import ExircError
 from exirc.runtime import arenas as memory
 from exirc.runtime.argument_checks import check_method
 from exirc.runtime.errors import ExecutionError, StepLimitError
+from exirc.runtime.fused_chain import FusedChain
 from exirc.runtime.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.kernels import Kernel
-from exirc.runtime.onnx_chain import FusedChain, fuse_chain
+from exirc.runtime.onnx_chain import fuse_chain
 from exirc.runtime.steps import Action, Site, Step, prepare, site_of, with_modules
 from exirc.runtime.values import Values, value_table, written_values
 from exirc.runtime.work import UNITS_PER_STEP, chain_costs, prefix_sums
@@ -118,15 +120,14 @@ class Method:
         self.inputs: list[InputSpec] = [input_spec(plan, i, value, where, shapes)
                                         for i, value in enumerate(plan.inputs)]
         self.output_values = list(plan.outputs)
-        # Until exirc.runtime.io_names names them from the file.
-        self.output_names = default_names(0, len(plan.outputs)).outputs
+        self._positions = {value: i for i, value in enumerate(plan.inputs)}  # the last wins
+        self.output_names = default_names(0, len(plan.outputs)).outputs  # io_names renames
         self._chains: list[list[Step]] = []
         self._sites: list[list[Site]] = []
         # Per chain, its actions if it has no jumps (run by `_execute_straight`), else None.
         self._straight: list[list[Action] | None] = []
         # Per chain, prefix sums of the instructions' costs (what a backward jump
-        # charges) and of their costs beyond one step (what the careful loop adds
-        # to its per-instruction count).
+        # charges) and of their costs beyond one step (the careful loop's count).
         self._costs: list[list[int]] = []
         self._extras: list[list[int]] = []
         handles = [handle for _, handle in backends]
@@ -177,14 +178,15 @@ class Method:
         checked = check_inputs(self.name, self.inputs, self.shapes, inputs)
         for index, start in self._scalar_starts:
             self._env[index] = start
+        if (fused := self._fused) is not None and profile is None and observer is None and \
+                self.max_steps >= fused.length and fused.run(checked):
+            return fused.results(checked, self._positions, self._env, self.output_values,
+                                 _copy_out)
         try:
             self._feed(checked)
         except Exception as error:  # noqa: BLE001 (a plan whose input memory is unusable)
             raise ExecutionError(f"cannot copy the inputs of method {self.name!r} into its "
                                  f"planned memory: {type(error).__name__}: {error}") from error
-        if (fused := self._fused) is not None and profile is None and observer is None and \
-                self.max_steps >= fused.length and fused.run():
-            return fused.results(self._env, self.output_values, _copy_out)
         chains = self._chains if profile is None else self._profiled_chains(profile)
         allowance: Allowance = (self.max_steps, None)
         for c, steps in enumerate(chains):
@@ -395,6 +397,4 @@ class Method:
 def _copy_out(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.clone()
-    if isinstance(value, list):
-        return [_copy_out(item) for item in value]
-    return value
+    return [_copy_out(item) for item in value] if isinstance(value, list) else value

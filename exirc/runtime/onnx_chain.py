@@ -18,99 +18,35 @@ of its own (a plan may place an output over an input the kernels have
 finished reading, which a session need not have), and the per-delegate
 sessions are dropped (remade if a run goes kernel by kernel).
 
-At run time `FusedChain.run` checks that the bound tensors are still where
-and what they were (inputs given as caller memory move each run: then it
-binds them again) and runs the session. It returns False, and the method
-runs kernel by kernel, whenever the session cannot be trusted with the call:
-onnxruntime failed (an index out of range), or an embedding read a negative
-index (ONNX wraps those; torch raises). Nothing the session writes is read
-before the kernels rewrite it then, and inputs are never written, so the
-second run computes (or refuses) exactly as the kernels always did.
+At run time `FusedChain.run` (`fused_chain`) reads the checked inputs where
+the caller has them (`Method.run` feeds the plan only if the kernels run),
+binds again whichever moved since the last run, and runs the session. It
+returns False, and the method runs kernel by kernel, whenever the session
+cannot be trusted with the call: onnxruntime failed (an index out of range),
+an embedding read a negative index (ONNX wraps those; torch raises), or an
+input is not laid out row by row. Nothing the session writes is read before
+the kernels rewrite it then, and inputs are never written, so the second run
+computes (or refuses) exactly as the kernels always did.
 Profiled and observed runs always go kernel by kernel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy
 import torch
 
+from exirc.runtime.fused_chain import FLOOR, FusedChain
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
-from exirc.runtime.xnnpack.onnx_engine import Binding, OnnxDelegate, session_for_threads
+from exirc.runtime.xnnpack.onnx_engine import OnnxDelegate
 from exirc.serialize import program as P
 
 OPSET = 20  # as the delegates' ONNX forms (onnx_graph.OPSET)
 IR_VERSION = 10
-
-
-@dataclass
-class FusedChain:
-    """One chain as one session; `run` does the chain's work, or returns False."""
-
-    model: bytes
-    length: int  # the chain's instructions, charged to the run's step budget
-    inputs: list[tuple[str, torch.Tensor]]  # method inputs: checked every run
-    constants: list[tuple[str, torch.Tensor]]  # never move: bound once
-    # The method's outputs the chain writes, by value, into memory of their own:
-    # a plan may put an output over an input it no longer needs, which the
-    # kernels finish reading first but a session need not.
-    outputs: dict[int, tuple[str, torch.Tensor]]
-    floor: torch.Tensor | None  # the least embedding index of the run, if any
-    _sessions: dict[int, Any] = field(default_factory=dict)
-    _binding: Any = None  # a Binding once the first run has bound the tensors
-    _bound_for: tuple[Any, ...] = ()
-    _floor_view: Any = None
-
-    def __post_init__(self) -> None:
-        if self.floor is not None:
-            self._floor_view = self.floor.numpy()  # read per run without a torch call
-
-    def session(self) -> Any:
-        """The session for torch's current thread count (made once per count)."""
-        return session_for_threads(self._sessions, self.model)
-
-    def run(self) -> bool:
-        """Run the chain on the session; False if the kernels must run it instead."""
-        key = (torch.get_num_threads(), *[(t.data_ptr(), t.shape) for _, t in self.inputs])
-        if key != self._bound_for:
-            if not all(t.is_contiguous() for _, t in self.inputs):
-                return False
-            self._binding, self._bound_for = self._bind(), key
-        try:
-            self._binding.run()
-        except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
-            return False
-        return self._floor_view is None or bool(self._floor_view >= 0)
-
-    def results(self, env: list[Any], values: list[int],
-                copy: Callable[[Any], Any]) -> list[Any]:
-        """The method's outputs after `run`, each passed through `copy` (Method.run's):
-        those the chain wrote from the session's memory, others (an input, a
-        constant) from the value table."""
-        outputs = self.outputs
-        return [copy(outputs[v][1] if v in outputs else env[v]) for v in values]
-
-    def _bind(self) -> Binding:
-        session = self.session()
-        binding = session.io_binding()
-        for name, tensor in self.inputs + self.constants:
-            binding.bind_input(name, "cpu", 0, tensor.numpy().dtype, list(tensor.shape),
-                               tensor.data_ptr())
-        outputs = list(self.outputs.values())
-        if self.floor is not None:
-            outputs.append((FLOOR, self.floor))
-        for name, tensor in outputs:
-            binding.bind_output(name, "cpu", 0, tensor.numpy().dtype, list(tensor.shape),
-                                tensor.data_ptr())
-        return Binding(session, binding)
-
-
-FLOOR = "least_embedding_index"
 
 
 def _span(tensor: torch.Tensor) -> tuple[int, int]:
@@ -373,7 +309,14 @@ class _Builder:
                                   producer_name="exirc")
         model.ir_version = IR_VERSION
         return FusedChain(model.SerializeToString(), length,
-                          [(self.name(v), self.env[v]) for v in method_inputs],
+                          [(self.name(v), _last_position(self.plan.inputs, v))
+                           for v in method_inputs],
                           [(self.name(v), self.env[v]) for v in constants],
                           {v: (self.name(v), torch.empty_like(self.env[v])) for v in outputs},
                           floor)
+
+
+def _last_position(inputs: Sequence[int], value: int) -> int:
+    """Where `value` is last among the method's inputs: a value listed twice holds
+    the later input, as feeding them in order into the plan leaves it."""
+    return len(inputs) - 1 - list(reversed(inputs)).index(value)

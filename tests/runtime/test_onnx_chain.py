@@ -153,3 +153,46 @@ def test_a_profiled_run_still_times_every_instruction() -> None:
     method.run(inputs, profile=profile)
     labels = " ".join(str(row) for row in profile.rows())
     assert "any" in labels and "where" in labels and "delegate" in labels.lower()
+
+
+class SquareHead(nn.Module):
+    """Two delegated linears on a square input, which it also returns as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.body(x), x
+
+
+def test_inputs_are_read_where_the_caller_has_them_whatever_it_does_to_them() -> None:
+    # The session reads the caller's memory (no copy into the plan): a change in
+    # place, a new tensor, a numpy array and strides changed in place must each
+    # be seen, the last by running kernel by kernel (ONNX reads rows as laid out).
+    module = SquareHead().eval()
+    x = torch.randn(4, 4)
+    data = compile_module(module, (x,), options=CompileOptions(target="xnnpack")).data
+    method = load(data).method("forward")
+    assert method._fused is not None
+
+    def check(given: object, expected_input: torch.Tensor) -> None:
+        outputs = method.run([given])
+        with torch.no_grad():
+            want = module(expected_input)
+        torch.testing.assert_close(outputs[0], want[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(outputs[1], expected_input, rtol=0, atol=0)
+
+    check(x, x.clone())
+    x.mul_(-2)  # same memory, new values
+    check(x, x.clone())
+    y = torch.randn(4, 4)
+    check(y, y.clone())
+    check(y.numpy(), y.clone())
+    check(x, x.clone())
+    x.t_()  # the address just bound, now column-major
+    assert not x.is_contiguous()
+    check(x, x.contiguous())
+    returned = method.run([y])[1]
+    returned.add_(1)  # an output is the method's own copy, never the caller's tensor
+    assert not torch.equal(returned, y)

@@ -1,0 +1,114 @@
+"""A fused chain at run time: one onnxruntime session that does a method's work.
+
+`onnx_chain.fuse_chain` builds it at load (when and why: that module's
+docstring). Each run reads the caller's checked inputs in place, binding again
+only those that moved (or everything, for a new thread count), and the
+outputs land in memory of the chain's own, which `Method.run` copies out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from exirc.runtime.xnnpack.onnx_engine import Binding, session_for_threads
+
+
+@dataclass
+class FusedChain:
+    """One chain as one session; `run` does the chain's work, or returns False."""
+
+    model: bytes
+    length: int  # the chain's instructions, charged to the run's step budget
+    inputs: list[tuple[str, int]]  # method inputs read: name, position in the run's inputs
+    constants: list[tuple[str, torch.Tensor]]  # never move: bound once
+    # The method's outputs the chain writes, by value, into memory of their own:
+    # a plan may put an output over an input it no longer needs, which the
+    # kernels finish reading first but a session need not.
+    outputs: dict[int, tuple[str, torch.Tensor]]
+    floor: torch.Tensor | None  # the least embedding index of the run, if any
+    _sessions: dict[int, Any] = field(default_factory=dict)
+    _binding: Any = None  # a Binding once the first run has bound the tensors
+    _bound_for: int = 0  # the thread count `_binding` is for (0: not bound)
+    _bound_inputs: list[int] = field(default_factory=list)  # addresses bound
+    _floor_view: Any = None
+
+    def __post_init__(self) -> None:
+        if self.floor is not None:
+            self._floor_view = self.floor.numpy()  # read per run without a torch call
+
+    def session(self) -> Any:
+        """The session for torch's current thread count (made once per count)."""
+        return session_for_threads(self._sessions, self.model)
+
+    def run(self, given: Sequence[Any]) -> bool:
+        """Run the chain on the session, reading `given` (the run's checked inputs,
+        of the shapes and dtypes the model declares); False if the kernels must
+        run it instead."""
+        tensors = [given[position] for _, position in self.inputs]
+        try:
+            if torch.get_num_threads() != self._bound_for or \
+                    [t.data_ptr() for t in tensors] != self._bound_inputs:
+                if not self._bind_inputs(tensors):
+                    return False
+            else:
+                for tensor in tensors:  # a loop, not all(): this runs every call
+                    if not tensor.is_contiguous():  # strides changed in place
+                        return False
+            self._binding.run()
+        except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
+            return False
+        return self._floor_view is None or bool(self._floor_view >= 0)
+
+    def results(self, given: Sequence[Any], positions: Mapping[int, int], env: list[Any],
+                values: list[int], copy: Callable[[Any], Any]) -> list[Any]:
+        """The method's outputs after `run`, each passed through `copy` (Method.run's):
+        those the chain wrote from the session's memory, an input from `given`
+        (`positions`: each input value's position there), a constant from `env`."""
+        outputs = self.outputs
+        return [copy(outputs[v][1] if v in outputs else
+                     given[positions[v]] if v in positions else env[v]) for v in values]
+
+    def _bind_inputs(self, tensors: list[torch.Tensor]) -> bool:
+        """Bind the run's inputs (and, for a new thread count, all the rest); False
+        if one cannot be read in place."""
+        if not all(t.is_contiguous() and _whole(t) for t in tensors):
+            return False
+        threads = torch.get_num_threads()
+        if threads != self._bound_for or self._binding is None:
+            self._binding, self._bound_for = self._bind(), threads
+        self._bound_inputs = []  # until every input is bound again
+        for (name, _), tensor in zip(self.inputs, tensors):
+            _bind_tensor(self._binding.binding.bind_input, name, tensor)
+        self._bound_inputs = [t.data_ptr() for t in tensors]
+        return True
+
+    def _bind(self) -> Binding:
+        """A binding of the constants and outputs (which never move); inputs come per run."""
+        session = self.session()
+        binding = session.io_binding()
+        for name, tensor in self.constants:
+            _bind_tensor(binding.bind_input, name, tensor)
+        outputs = list(self.outputs.values())
+        if self.floor is not None:
+            outputs.append((FLOOR, self.floor))
+        for name, tensor in outputs:
+            _bind_tensor(binding.bind_output, name, tensor)
+        return Binding(session, binding)
+
+
+FLOOR = "least_embedding_index"
+
+
+def _bind_tensor(bind: Callable[..., None], name: str, tensor: torch.Tensor) -> None:
+    bind(name, "cpu", 0, tensor.numpy().dtype, list(tensor.shape), tensor.data_ptr())
+
+
+def _whole(tensor: torch.Tensor) -> bool:
+    """Whether the tensor's storage holds all its elements (a caller may have shrunk it)."""
+    end = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    return tensor.numel() == 0 or (tensor.data_ptr() != 0 and
+                                   tensor.untyped_storage().nbytes() >= end)
