@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from exirc.runtime.xnnpack.onnx_lstm_match import LstmMatcher, Segment, Shape
-from exirc.runtime.xnnpack.onnx_reshapes import _inferred_shapes as inferred_shapes
+from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
 
 if TYPE_CHECKING:
     from onnx import ModelProto
-
 
 
 def fuse_lstms(model: ModelProto) -> bool:
@@ -62,7 +61,6 @@ def fuse_lstms(model: ModelProto) -> bool:
     if not segments:
         return False
     return fuser.rewrite(segments)
-
 
 
 class _Rewriter(LstmMatcher):
@@ -101,7 +99,6 @@ class _Rewriter(LstmMatcher):
             return self.add_constant("state", array.reshape(shape))
         shape_name = self.add_constant("shape", numpy.asarray(shape, dtype=numpy.int64))
         return self.add("Reshape", [name, shape_name], [target or self.fresh("reshape")])
-
 
     def rewrite(self, segments: list[Segment]) -> bool:
         """Replace each segment's nodes by an LSTM node and write the graph back."""
@@ -205,7 +202,6 @@ class _Rewriter(LstmMatcher):
                 if one != cell.h:
                     self.shapes[one] = state
                     self.reshaped(one, cell.shape, cell.h)
-
 
 
 def _topological(nodes: list[Any], graph: Any, initializers: list[Any]) -> list[Any] | None:

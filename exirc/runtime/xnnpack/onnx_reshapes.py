@@ -69,7 +69,7 @@ def simplify_reshapes(model: ModelProto) -> None:
            for node in graph.node for attribute in node.attribute):
         return  # readers inside subgraphs are not counted below
     try:
-        shapes = _inferred_shapes(model)
+        shapes = inferred_shapes(model)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
         return  # shapes we cannot be sure of: nothing is rewritten
     rewriter = _Rewriter(model, shapes)
@@ -80,7 +80,7 @@ def simplify_reshapes(model: ModelProto) -> None:
     rewriter.finish()
 
 
-def _inferred_shapes(model: ModelProto) -> dict[str, Shape]:
+def inferred_shapes(model: ModelProto) -> dict[str, Shape]:
     """Every value's exact static shape (values with unknown or symbolic dims left out).
 
     Inference runs on a shell of the model whose weights are declared as inputs,
