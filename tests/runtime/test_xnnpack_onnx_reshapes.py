@@ -93,6 +93,7 @@ def _norm(source: str, output: str, scale_dims: tuple[int, ...], axis: int,
 
 
 X = {"x": [1, 17, 32]}
+PROBS = {"p": [2, 2, 8, 8], "v": [2, 8, 2, 16]}  # attention's scores, values by token
 CASES = [
     # Rule 1: a Reshape of a Reshape; shapes written with 0 and -1 are read as inferred.
     Case("merged", {"x": [2, 3, 4]}, {"y": [24]},
@@ -180,6 +181,28 @@ CASES = [
     Case("shape_sensitive_op", {"x": [4, 6]}, {"y": [4, 6]},
          lambda: [reshape("x", [6, 4], "a"), _node("Softmax", ["a"], "b", axis=-1),
                   reshape("b", [4, 6], "y")], 2, 2),
+    # Rule 5: a MatMul between Reshapes that flatten and restore its batch dims.
+    Case("matmul_on_its_batch_dims", PROBS, {"y": [2, 2, 8, 16]},
+         lambda: [_node("Softmax", ["p"], "s", axis=-1), reshape("s", [4, 8, 8], "a"),
+                  _node("Transpose", ["v"], "t", perm=[0, 2, 1, 3]),
+                  reshape("t", [4, 8, 16], "b"), _node("MatMul", ["a", "b"], "m"),
+                  reshape("m", [2, 2, 8, 16], "y")], 3, 0),
+    Case("matmul_operand_read_elsewhere", PROBS, {"y": [2, 2, 8, 16], "z": [4, 8, 8]},
+         lambda: [reshape("p", [4, 8, 8], "a"), _node("Abs", ["a"], "z"),
+                  _node("Transpose", ["v"], "t", perm=[0, 2, 1, 3]),
+                  reshape("t", [4, 8, 16], "b"), _node("MatMul", ["a", "b"], "m"),
+                  reshape("m", [2, 2, 8, 16], "y")], 3, 3),
+    Case("matmul_batch_dims_regrouped", PROBS, {"y": [4, 1, 8, 16]},
+         lambda: [reshape("p", [4, 8, 8], "a"),
+                  _node("Transpose", ["v"], "t", perm=[0, 2, 1, 3]),
+                  reshape("t", [4, 8, 16], "b"), _node("MatMul", ["a", "b"], "m"),
+                  reshape("m", [4, 1, 8, 16], "y")], 3, 3),
+    # A scale after the product would meet the MatMul and become its alpha.
+    Case("matmul_kept_from_its_scale", {"q": [2, 2, 8, 16], "k": [2, 2, 16, 8]},
+         {"y": [2, 2, 8, 8]},
+         lambda: [reshape("q", [4, 8, 16], "a"), reshape("k", [4, 16, 8], "b"),
+                  _node("MatMul", ["a", "b"], "m"), reshape("m", [2, 2, 8, 8], "r"),
+                  _node("Mul", ["r", "c"], "y"), constant("c", (1, 1, 1, 1))], 3, 3),
 ]
 
 

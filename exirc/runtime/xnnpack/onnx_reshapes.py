@@ -17,7 +17,9 @@ graph in place, until nothing changes:
    `_Rewriter._would_fuse_with_its_add`);
 4. a Reshape, a chain of elementwise nodes that do not care about shape (unary
    ones, or binary ones with a one-element constant), and a Reshape: one
-   Reshape moves to the other side of the chain, where the two are one.
+   Reshape moves to the other side of the chain, where the two are one;
+5. a MatMul between Reshapes that flatten and restore its batch dims runs on
+   those dims (`onnx_batched_matmul`).
 
 No rewrite lets onnxruntime fuse two nodes a Reshape kept apart into a kernel
 that computes in another order (`FUSES_WITH`, and a norm after a residual Add).
@@ -34,6 +36,8 @@ from math import prod
 from typing import TYPE_CHECKING
 
 import numpy
+
+from exirc.runtime.xnnpack.onnx_batched_matmul import matmul_on_batch_dims
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -194,7 +198,7 @@ class _Rewriter:
             if not self._plain_reshape(node):
                 continue
             if (self._merge(node) or self._drop(node) or self._norm_on_source(node)
-                    or self._move_chain(node)):
+                    or self._move_chain(node) or matmul_on_batch_dims(self, node)):
                 return True
         return False
 
