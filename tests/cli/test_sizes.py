@@ -47,8 +47,9 @@ def add_pte(tmp_path: Path) -> Path:
 
 
 def test_run_max_memory_takes_the_new_spellings_and_the_old(add_pte: Path) -> None:
-    # The program plans a 64-byte arena.
-    for size in ("1.5K", "64", "1MiB", "512M", "2gb"):
+    # The program plans a 64-byte arena. The spellings themselves are checked in
+    # process above (parse_size); here that `exirc run` reads them through it.
+    for size in ("1.5K", "2gb"):
         ran = exirc("run", str(add_pte), "--random", "--max-memory", size)
         assert ran.returncode == 0, (size, ran.stderr)
     refused = exirc("run", str(add_pte), "--random", "--max-memory", "0.03K")  # 30 bytes
