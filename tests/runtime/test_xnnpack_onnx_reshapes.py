@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from exirc.compiler import CompileOptions, compile_module
+from exirc.errors import UnsupportedOperatorError
 from exirc.runtime.xnnpack import onnx_graph
 from tests.runtime.test_xnnpack_onnx_fusions import (  # noqa: F401 (onnx_ops: a fixture)
     assert_close,
@@ -278,3 +279,26 @@ def test_shapes_that_contradict_leave_the_model_as_it_is() -> None:
     simplified.CopyFrom(model)
     simplify_reshapes(simplified)
     assert simplified == model
+
+
+def test_a_rewrite_that_fails_leaves_the_delegate_to_torch(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    # A graph no rewrite foresaw (a hostile file's) must not fail the load with the
+    # rewrite's own exception: the delegate runs on torch, or, with onnxruntime
+    # forced, the load fails with the engine's typed error naming the cause.
+    from exirc.runtime import load
+    from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE
+
+    def broken(model: Any) -> None:
+        raise IndexError("list index out of range")
+
+    torch.manual_seed(0)
+    model, x = Block().eval(), torch.randn(1, 9, 32)
+    data = compile_module(model, (x,), options=CompileOptions(target="xnnpack")).data
+    monkeypatch.setattr(onnx_graph, "simplify_reshapes", broken)
+    with torch.no_grad():
+        assert_close(load(data).method("forward").run([x]), [model(x)], "torch vs eager")
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    with pytest.raises(UnsupportedOperatorError, match="rewriting the ONNX form failed: "
+                                                        "IndexError"):
+        load(data)

@@ -201,25 +201,21 @@ class OnnxDelegate:
         return Binding(session, binding)
 
 
-@dataclass(frozen=True)
 class Binding:
-    """A session and the IOBinding its calls run with."""
+    """A session and the IOBinding its calls run with; `run()` makes one call."""
 
-    session: Any
-    binding: Any
-    run: Callable[[], None] = field(init=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, session: Any, binding: Any) -> None:
+        self.session, self.binding = session, binding
         # The C++ call itself where onnxruntime's Python wrapper shows it: the
         # wrapper's own per-call checks (WebGPU graph capture) cost a third of a
         # microsecond and concern no CPU session.
-        inner = getattr(self.session, "_sess", None)
-        handle = getattr(self.binding, "_iobinding", None)
+        inner = getattr(session, "_sess", None)
+        handle = getattr(binding, "_iobinding", None)
+        self.run: Callable[[], None]
         if inner is not None and handle is not None and hasattr(inner, "run_with_iobinding"):
-            run = functools.partial(inner.run_with_iobinding, handle, None)
+            self.run = functools.partial(inner.run_with_iobinding, handle, None)
         else:
-            run = functools.partial(self.session.run_with_iobinding, self.binding)
-        object.__setattr__(self, "run", run)
+            self.run = functools.partial(session.run_with_iobinding, binding)
 
 
 def _bind(graph: CompiledGraph, args: list[Any]) -> list[torch.Tensor] | None:

@@ -99,8 +99,13 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
         except NotMapped as reason:
             raise NotMapped(f"{label}: {reason}") from None
     model = _model(builder, compiled)
-    fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
-    simplify_reshapes(model.model)
+    try:
+        fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
+        simplify_reshapes(model.model)
+    except Exception as error:  # noqa: BLE001 (a graph no rewrite foresaw, e.g. a hostile file's)
+        # The rewrites only make the model faster: the delegate runs on torch instead.
+        raise NotMapped(f"rewriting the ONNX form failed: {type(error).__name__}: {error}") \
+            from None
     return model
 
 

@@ -277,8 +277,6 @@ class LstmMatcher:
             cells.append(cell)
         return Segment(cells, weight, bias, first.h_prev if first.weight is not None else None)
 
-    # -- rewriting ------------------------------------------------------------------
-
 
 def _broadcasts_to(shape: Shape | None, target: Shape) -> bool:
     try:
