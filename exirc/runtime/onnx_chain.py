@@ -148,10 +148,16 @@ class _Builder:
         return outputs[0]
 
     def floor(self, indices: str) -> None:
-        wide = self.node("Cast", [indices], to=ONNX_TYPES[torch.int64])
-        least = self.node("ReduceMin", [wide], keepdims=0)
-        self.floors.append(self.node("Reshape", [least, self.array(
-            "one", numpy.asarray([1], numpy.int64))]))
+        self.floors.append(self.node("Cast", [indices], to=ONNX_TYPES[torch.int64]))
+
+    def least_index(self) -> None:
+        """The output FLOOR: the least of the indices `floor` collected. One ReduceMin
+        per index tensor and a Min of them (each node costs a session ~0.5 us)."""
+        if len(self.floors) == 1:
+            self.node("ReduceMin", self.floors, [FLOOR], keepdims=0)
+            return
+        least = [self.node("ReduceMin", [indices], keepdims=0) for indices in self.floors]
+        self.node("Min", least, [FLOOR])
 
     # -- building ---------------------------------------------------------------
 
@@ -297,8 +303,7 @@ class _Builder:
         graph_outputs = [declare(v) for v in outputs]
         floor = None
         if self.floors:
-            joined = self.node("Concat", self.floors, axis=0)
-            self.node("ReduceMin", [joined], [FLOOR], keepdims=0)
+            self.least_index()
             graph_outputs.append(helper.make_tensor_value_info(FLOOR, ONNX_TYPES[torch.int64],
                                                                []))
             floor = torch.zeros((), dtype=torch.int64)

@@ -116,6 +116,27 @@ def test_an_index_the_session_would_wrap_or_refuse_fails_as_the_kernel_does(bad_
                                rtol=model.rtol, atol=model.atol)
 
 
+@pytest.mark.parametrize("position", [0, 1], ids=["input_ids", "token_type_ids"])
+def test_a_negative_index_into_either_of_two_embeddings_fails_as_the_kernel_does(
+        position: int) -> None:
+    # BERT's chain reads two index inputs: the least index over both guards the run.
+    model = ZOO["bert"]
+    if not model.available:
+        pytest.skip("bert needs transformers")
+    method = forward("bert")
+    assert method._fused is not None and method._fused.floor is not None
+    inputs = [t.clone() for t in model.inputs()]
+    inputs[position].view(-1)[3] = -1
+    with pytest.raises(Exception) as fused_error:
+        method.run(inputs)
+    with pytest.raises(Exception) as kernel_error:
+        kernel_by_kernel(method, inputs)
+    assert type(fused_error.value) is type(kernel_error.value)
+    assert str(fused_error.value) == str(kernel_error.value)
+    torch.testing.assert_close(flatten_outputs(method.run(list(model.inputs()))),
+                               model.reference_outputs(), rtol=model.rtol, atol=model.atol)
+
+
 class CumulativeHead(nn.Module):
     """A linear (delegated) and a cumsum, which no translator takes."""
 
