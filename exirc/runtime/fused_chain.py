@@ -8,6 +8,7 @@ outputs land in memory of the chain's own, which `Method.run` copies out.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,11 @@ class FusedChain:
 
     def __post_init__(self) -> None:
         if self.floor is not None:
-            self._floor_view = self.floor.numpy()  # read per run without a torch call
+            # Read per run through ctypes: right after a session run, a torch or numpy
+            # call runs with cold caches (~2 us measured on bert; this ~0.1 us). The
+            # tensor is the chain's own, never resized, so its address holds.
+            assert self.floor.dtype == torch.int64 and self.floor.numel() == 1
+            self._floor_view = ctypes.c_int64.from_address(self.floor.data_ptr())
 
     def session(self) -> Any:
         """The session for torch's current thread count (made once per count)."""
@@ -61,7 +66,7 @@ class FusedChain:
             self._binding.run()
         except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
             return False
-        return self._floor_view is None or bool(self._floor_view >= 0)
+        return self._floor_view is None or self._floor_view.value >= 0
 
     def results(self, given: Sequence[Any], positions: Mapping[int, int], env: list[Any],
                 values: list[int], copy: Callable[[Any], Any]) -> list[Any]:
