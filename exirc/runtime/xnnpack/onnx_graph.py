@@ -34,6 +34,7 @@ from exirc.runtime.xnnpack.compile import CompiledGraph, External
 from exirc.runtime.xnnpack.fuse import fuse_clamps
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, value_name
 from exirc.runtime.xnnpack.onnx_fusions import plan_fusions
+from exirc.runtime.xnnpack.onnx_gelu import fuse_tanh_gelus
 from exirc.runtime.xnnpack.onnx_lstm import fuse_lstms
 from exirc.runtime.xnnpack.onnx_nodes import EMITTERS
 from exirc.runtime.xnnpack.onnx_reshapes import simplify_reshapes
@@ -100,6 +101,7 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
             raise NotMapped(f"{label}: {reason}") from None
     model = _model(builder, compiled)
     try:
+        fuse_tanh_gelus(model.model)
         fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
         simplify_reshapes(model.model)
     except Exception as error:  # noqa: BLE001 (a graph no rewrite foresaw, e.g. a hostile file's)
