@@ -12,7 +12,8 @@ no subgraphs) and rewrites its graph in place: each run of cells
 where step t + 1 reads step t's h (through the MatMul) and c, with the same
 Wr and constants, becomes one LSTM node: X = the steps' x_t ([T, B, 4H]), W a
 permutation matrix putting the gates in ONNX's order (i, o, f, c; exact: one
-1 a row), R and B from Wr and the constants in that order. A first step whose
+1 a row; `onnx_lstm_input` later folds the projection of x_t into it), R and B
+from Wr and the constants in that order. A first step whose
 h_prev term was folded into a constant (h0 = 0) fits when that constant is
 the bias of the next step; c0 is whatever the first step reads. Each value
 read elsewhere keeps its name, shape and meaning: the last h and c are the
