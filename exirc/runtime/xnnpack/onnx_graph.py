@@ -35,6 +35,7 @@ from exirc.runtime.xnnpack.fuse import fuse_clamps
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, value_name
 from exirc.runtime.xnnpack.onnx_fusions import plan_fusions
 from exirc.runtime.xnnpack.onnx_gelu import fuse_tanh_gelus
+from exirc.runtime.xnnpack.onnx_hardsigmoid import fuse_hardsigmoids
 from exirc.runtime.xnnpack.onnx_lstm import fuse_lstms
 from exirc.runtime.xnnpack.onnx_lstm_input import fold_lstm_input_projections
 from exirc.runtime.xnnpack.onnx_nodes import EMITTERS
@@ -103,6 +104,7 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
     model = _model(builder, compiled)
     try:
         fuse_tanh_gelus(model.model)
+        fuse_hardsigmoids(model.model)
         fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
         simplify_reshapes(model.model)
         fold_lstm_input_projections(model.model)  # after: Reshapes no longer stand between
