@@ -32,6 +32,7 @@ Profiled and observed runs always go kernel by kernel.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ import torch
 from exirc.runtime.fused_chain import FLOOR, FusedChain
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
+from exirc.runtime.onnx_softmax_guard import simplify_bool_reductions
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
 from exirc.runtime.xnnpack.onnx_engine import OnnxDelegate
 from exirc.serialize import program as P
@@ -313,6 +315,9 @@ class _Builder:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                                   producer_name="exirc")
         model.ir_version = IR_VERSION
+        # The safe-softmax guard in 3 nodes, not 6; the graph is replaced only once done.
+        with contextlib.suppress(Exception):
+            simplify_bool_reductions(model)
         return FusedChain(model.SerializeToString(), length,
                           [(self.name(v), _last_position(self.plan.inputs, v))
                            for v in method_inputs],
