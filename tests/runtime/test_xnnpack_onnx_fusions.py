@@ -67,6 +67,20 @@ def on_both_engines(data: bytes, inputs: Sequence[torch.Tensor],
     return on_ort
 
 
+def compiled_against_eager(model: nn.Module, inputs: Sequence[torch.Tensor],
+                           monkeypatch: pytest.MonkeyPatch, rtol: float, atol: float) -> None:
+    """Compile `model` for XNNPACK and check its outputs on onnxruntime against the
+    torch engine's (`on_both_engines`) and eager's, within `rtol`/`atol`."""
+    data = compile_module(model, list(inputs), options=CompileOptions(target="xnnpack")).data
+    ours = on_both_engines(data, inputs, monkeypatch)
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = expected if isinstance(expected, (tuple, list)) else [expected]
+    assert len(ours) == len(expected)
+    for got, want in zip(ours, expected):
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+
+
 def run_hand_built(g: GraphBuilder, inputs: Sequence[torch.Tensor],
                    monkeypatch: pytest.MonkeyPatch) -> tuple[list[torch.Tensor],
                                                              list[torch.Tensor]]:

@@ -15,10 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from exirc.compiler import CompileOptions, compile_module
 from exirc.runtime.xnnpack.onnx_gelu import fuse_tanh_gelus
 from tests.runtime.test_xnnpack_onnx_fusions import (  # noqa: F401 (onnx_ops: a fixture)
-    on_both_engines,
+    compiled_against_eager,
     onnx_ops,
 )
 
@@ -73,13 +72,7 @@ def test_tanh_gelu_is_one_node_with_eager_answers(
     torch.manual_seed(0)
     model = Mlp(activation, leak).eval()
     inputs = [torch.randn(1, 8, 16) * 2]
-    data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
-    ours = on_both_engines(data, inputs, monkeypatch)
-    with torch.no_grad():
-        expected = model(*inputs)
-    assert len(ours) == len(expected)
-    for got, want in zip(ours, expected):
-        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+    compiled_against_eager(model, inputs, monkeypatch, RTOL, ATOL)
     ops = [op for delegate in onnx_ops for op in delegate]
     assert ops.count("Gelu") == gelus, ops
     assert ("Tanh" in ops) == (gelus == 0), ops

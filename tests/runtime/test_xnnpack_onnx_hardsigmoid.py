@@ -11,9 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from exirc.compiler import CompileOptions, compile_module
 from tests.runtime.test_xnnpack_onnx_fusions import (  # noqa: F401 (onnx_ops: a fixture)
-    on_both_engines,
+    compiled_against_eager,
     onnx_ops,
 )
 
@@ -55,13 +54,7 @@ def test_a_hard_sigmoid_is_one_node_with_eager_answers(
     torch.manual_seed(0)
     model = SqueezeExcite(variant).eval()
     inputs = [torch.randn(1, 3, 6, 6) * 3]  # gates across the clip's both ends
-    data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
-    ours = on_both_engines(data, inputs, monkeypatch)
-    with torch.no_grad():
-        expected = model(*inputs)
-    assert len(ours) == len(expected)
-    for got, want in zip(ours, expected):
-        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+    compiled_against_eager(model, inputs, monkeypatch, RTOL, ATOL)
     ops = [op for delegate in onnx_ops for op in delegate]
     assert ops.count("HardSigmoid") == fused, ops
     assert ("Div" in ops) == (not fused), ops

@@ -15,9 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from exirc.compiler import CompileOptions, compile_module
 from tests.runtime.test_xnnpack_onnx_fusions import (  # noqa: F401 (onnx_ops: a fixture)
-    on_both_engines,
+    compiled_against_eager,
     onnx_ops,
 )
 
@@ -109,13 +108,7 @@ def test_lstm_layers_are_lstm_nodes_with_eager_answers(
     torch.manual_seed(0)
     model = case.module().eval()
     inputs = [torch.randn(*shape) for shape in case.shapes]
-    data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
-    ours = on_both_engines(data, inputs, monkeypatch)
-    with torch.no_grad():
-        expected = model(*inputs)
-    assert len(ours) == len(expected)
-    for got, want in zip(ours, expected):
-        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+    compiled_against_eager(model, inputs, monkeypatch, RTOL, ATOL)
     ops = [op for delegate in onnx_ops for op in delegate]
     assert ops.count("LSTM") == case.lstms, ops
     assert case.matmuls is None or ops.count("MatMul") == case.matmuls, ops
