@@ -16,7 +16,8 @@ Exactness, kernel by kernel:
 - eq/ne with a scalar: compared in the tensor's own dtype, as torch does when
   the scalar is of the tensor's kind (a float with a float tensor, an int
   with an integer one); other mixes are refused (torch would promote).
-- any/all over dims of a bool tensor: ReduceMax/ReduceMin of it as int32.
+- any/all over non-empty dims of a bool tensor: ReduceMax/ReduceMin of the bools
+  themselves (opset 18+; over an empty dim they would differ, so it is refused).
 - where, logical_not, logical/bitwise and/or on bool: Where, Not, And, Or.
 - _to_copy from bool or an integer dtype: Cast (ONNX and torch agree there:
   non-zero is true, integers to float round to nearest); float sources are
@@ -147,10 +148,10 @@ def _reduce_bool(op_type: str, dims_at: int | None) -> Translator:
         if not keep:
             expected = [size for d, size in enumerate(expected) if d not in axes]
         _same_shape(e, out, tuple(expected))
-        as_int = e.node("Cast", [e.name(args[0])], to=_INT32)
-        reduced = e.node(op_type, [as_int, e.array("axes", numpy.asarray(axes, numpy.int64))],
-                         keepdims=int(keep))
-        e.node("Cast", [reduced], [e.name(out)], to=_BOOL)
+        # On the bools themselves (opset 18+): no dim is empty, where any/all and a
+        # bool ReduceMax/Min could differ.
+        e.node(op_type, [e.name(args[0]), e.array("axes", numpy.asarray(axes, numpy.int64))],
+               [e.name(out)], keepdims=int(keep))
     return translate
 
 
@@ -197,7 +198,6 @@ def index(e: Emitter, args: list[int]) -> None:
     e.node("GatherND", [e.name(args[0]), e.array("index", positions)], [e.name(out)])
 
 
-_BOOL, _INT32 = 9, 6  # onnx.TensorProto.BOOL, INT32 (onnx is imported lazily)
 ONNX_TYPES: dict[torch.dtype, int] = {
     torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5, torch.int32: 6,
     torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11,

@@ -2,33 +2,28 @@
 
 torch's safe softmax (attention without a mask) sets rows that are all -inf
 to 0: `where(logical_not(any(logical_not(x == -inf), -1)), 0, softmax(x))`.
-Translated kernel by kernel (`onnx_chain_ops`) it is eight nodes around the
-Softmax (Equal, Not, Cast, ReduceMax, Cast, Not, Where; an Identity), and
+Translated kernel by kernel (`onnx_chain_ops`, which reduces the bools
+themselves) it is Equal, Not, ReduceMax, Not, Where around the Softmax, and
 onnxruntime runs each as a kernel of its own (~0.5-1 us). A reduction over
 the floats themselves would be cheaper, but onnxruntime's ReduceMax drops a
 NaN unless it is a row's last element, so "the row's max is -inf" is not
 "the row is all -inf". `simplify_bool_reductions` takes a finished ONNX
 model without subgraphs and rewrites, until nothing changes:
 
-1. Cast(bool -> T) -> ReduceMax/ReduceMin -> Cast(-> bool): the reduction on
-   the bool tensor itself (opset 18+ has it), when that tensor's shape is
-   known and has no empty dim (over an empty set the two forms differ);
-2. ReduceMax(Not(e)) -> Not(ReduceMin(e)), ReduceMin(Not(e)) ->
+1. ReduceMax(Not(e)) -> Not(ReduceMin(e)), ReduceMin(Not(e)) ->
    Not(ReduceMax(e)) on bools (any(not e) is not all(e), also over nothing);
-3. Not(Not(a)): its readers read a;
-4. Where(Not(c), a, b) -> Where(c, b, a);
+2. Not(Not(a)): its readers read a;
+3. Where(Not(c), a, b) -> Where(c, b, a);
 
 each only where the values it removes are read by nothing else and are no
 graph output. The guard becomes Equal, ReduceMin, Where: exact for every
 input, NaN and infinities included (tests/runtime/test_onnx_softmax_guard.py
-compares both forms on onnxruntime bit for bit).
+compares it with the guard reduced as int32 on onnxruntime, bit for bit).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
 
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto
@@ -56,7 +51,7 @@ def simplify_bool_reductions(model: ModelProto) -> bool:
         return False  # bool reductions need opset 18's ReduceMax/ReduceMin
     rewriter = _Rewriter(model)
     changed = False
-    for _ in range(4 * len(graph.node) + 1):  # each rewrite removes a node
+    for _ in range(2 * len(graph.node) + 1):  # each rewrite removes a Not
         if not rewriter.step():
             break
         changed = True
@@ -73,13 +68,11 @@ class _Rewriter:
         import onnx
 
         self.onnx = onnx
-        self.model = model
         graph: GraphProto = model.graph
         self.nodes: list[NodeProto] = list(graph.node)
         self.outputs = {o.name for o in graph.output}
         self.bool_inputs = {i.name for i in graph.input
                             if i.type.tensor_type.elem_type == _BOOL}
-        self._shapes: dict[str, tuple[int, ...]] | None = None
         self._index()
 
     def _index(self) -> None:
@@ -92,8 +85,6 @@ class _Rewriter:
     def step(self) -> bool:
         """Apply one rewrite anywhere; False when none applies."""
         for node in self.nodes:
-            if node.op_type == "Cast" and self._reduce_bool_directly(node):
-                return True
             if node.op_type in REDUCTIONS and self._de_morgan(node):
                 return True
             if node.op_type == "Not" and self._double_not(node):
@@ -134,33 +125,8 @@ class _Rewriter:
         made.attribute.extend(template.attribute)
         return made
 
-    def _shape(self, name: str) -> tuple[int, ...] | None:
-        if self._shapes is None:
-            try:
-                self._shapes = inferred_shapes(self.model)
-            except (self.onnx.shape_inference.InferenceError,
-                    self.onnx.checker.ValidationError):
-                self._shapes = {}
-        return self._shapes.get(name)  # known only with every dim > 0
-
-    def _reduce_bool_directly(self, widen: NodeProto) -> bool:
-        """Rule 1, from the Cast widening the bool tensor."""
-        source = widen.input[0]
-        reduce = self.readers.get(widen.output[0], [None])[0]
-        if reduce is None or reduce.op_type not in REDUCTIONS or \
-                not self.only_read_by(widen.output[0], reduce) or \
-                reduce.input[0] != widen.output[0] or not self.is_bool(source):
-            return False
-        narrow = self.readers.get(reduce.output[0], [None])[0]
-        if narrow is None or narrow.op_type != "Cast" or _attribute(narrow, "to") != _BOOL or \
-                not self.only_read_by(reduce.output[0], narrow) or self._shape(source) is None:
-            return False
-        self.replace([widen, reduce, narrow], [self.node(
-            reduce, reduce.op_type, [source, *reduce.input[1:]], list(narrow.output))])
-        return True
-
     def _de_morgan(self, reduce: NodeProto) -> bool:
-        """Rule 2, from the reduction of a Not."""
+        """Rule 1, from the reduction of a Not."""
         negate = self.made_by(reduce.input[0], "Not")
         if negate is None or not self.only_read_by(negate.output[0], reduce) or \
                 not self.is_bool(negate.input[0]):
@@ -175,7 +141,7 @@ class _Rewriter:
         return True
 
     def _double_not(self, outer: NodeProto) -> bool:
-        """Rule 3, from the outer Not."""
+        """Rule 2, from the outer Not."""
         inner = self.made_by(outer.input[0], "Not")
         name = outer.output[0]
         if inner is None or not self.only_read_by(inner.output[0], outer) or \
@@ -194,7 +160,7 @@ class _Rewriter:
                          list(node.output))
 
     def _swap_where(self, where: NodeProto) -> bool:
-        """Rule 4."""
+        """Rule 3."""
         negate = self.made_by(where.input[0], "Not")
         if negate is None or not self.only_read_by(negate.output[0], where):
             return False

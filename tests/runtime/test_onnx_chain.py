@@ -19,7 +19,7 @@ from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE
 from tests.models.zoo import ZOO, flatten_outputs
 
 pytest.importorskip("onnxruntime")
-pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx")
 
 FUSED = ["vit_tiny", "bert", "gpt2_masked", "embedding_classifier", "causal_attention"]
 """Zoo models whose xnnpack programs have kernels between or before their
@@ -95,6 +95,53 @@ def test_a_change_of_thread_count_makes_a_session_for_it() -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def fails_as_the_kernels_do(method: Method, inputs: list[torch.Tensor]) -> Exception:
+    """The error the method raises on `inputs`, checked to be the kernel-by-kernel run's."""
+    with pytest.raises(Exception) as fused_error:
+        method.run(inputs)
+    with pytest.raises(Exception) as kernel_error:
+        kernel_by_kernel(method, inputs)
+    assert type(fused_error.value) is type(kernel_error.value)
+    assert str(fused_error.value) == str(kernel_error.value)
+    return fused_error.value
+
+
+class BoolReductions(nn.Module):
+    """A linear (delegated) whose rows of -inf inputs are zeroed, and any/all in
+    each of their forms (over a dim, kept or not, of a negation, over everything)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        masked = x == float("-inf")
+        rows = torch.any(masked, dim=-1, keepdim=True)
+        return (torch.where(rows, torch.zeros_like(x), self.linear(x)),
+                torch.all(torch.logical_not(masked), dim=1), torch.any(masked),
+                torch.all(masked, dim=-1))
+
+
+def test_any_and_all_run_fused_on_the_bools_with_the_kernels_answers() -> None:
+    torch.manual_seed(0)
+    model = BoolReductions().eval()
+    example = torch.randn(2, 3, 6)
+    method = load(compile_module(model, [example], options=CompileOptions(
+        target="xnnpack")).data).method("forward")
+    assert method._fused is not None
+    ops = [node.op_type for node in onnx.load_from_string(method._fused.model).graph.node]
+    assert "Cast" not in ops, ops  # reduced over the bools, not over a widened copy
+    inf_rows = example.clone()
+    inf_rows[0, 1] = float("-inf")
+    for x in (example, inf_rows, torch.full((2, 3, 6), float("-inf"))):
+        fused = method.run([x])
+        with torch.no_grad():
+            expected = model(x)
+        for got, other, want in zip(fused, kernel_by_kernel(method, [x]), expected):
+            torch.testing.assert_close(got, other, rtol=1e-5, atol=1e-6, equal_nan=True)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
 @pytest.mark.parametrize("bad_id", [-1, 10_000], ids=["negative", "past_the_end"])
 def test_an_index_the_session_would_wrap_or_refuse_fails_as_the_kernel_does(bad_id: int) -> None:
     # ONNX Gather wraps -1 to the last row; torch's embedding raises. The fused
@@ -104,13 +151,8 @@ def test_an_index_the_session_would_wrap_or_refuse_fails_as_the_kernel_does(bad_
     assert method._fused is not None
     inputs = [t.clone() for t in model.inputs()]
     inputs[0].view(-1)[1] = bad_id
-    with pytest.raises(Exception) as fused_error:
-        method.run(inputs)
-    with pytest.raises(Exception) as kernel_error:
-        kernel_by_kernel(method, inputs)
-    assert type(fused_error.value) is type(kernel_error.value)
-    assert str(fused_error.value) == str(kernel_error.value)
-    assert "embedding" in str(fused_error.value)
+    fused_error = fails_as_the_kernels_do(method, inputs)
+    assert "embedding" in str(fused_error)
     good = list(model.inputs())  # and the method still answers right afterwards
     torch.testing.assert_close(flatten_outputs(method.run(good)), model.reference_outputs(),
                                rtol=model.rtol, atol=model.atol)
@@ -127,12 +169,7 @@ def test_a_negative_index_into_either_of_two_embeddings_fails_as_the_kernel_does
     assert method._fused is not None and method._fused.floor is not None
     inputs = [t.clone() for t in model.inputs()]
     inputs[position].view(-1)[3] = -1
-    with pytest.raises(Exception) as fused_error:
-        method.run(inputs)
-    with pytest.raises(Exception) as kernel_error:
-        kernel_by_kernel(method, inputs)
-    assert type(fused_error.value) is type(kernel_error.value)
-    assert str(fused_error.value) == str(kernel_error.value)
+    fails_as_the_kernels_do(method, inputs)
     torch.testing.assert_close(flatten_outputs(method.run(list(model.inputs()))),
                                model.reference_outputs(), rtol=model.rtol, atol=model.atol)
 
