@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from exirc.runtime.inputs import within_storage
 from exirc.runtime.xnnpack.onnx_engine import Binding, session_for_threads
 
 
@@ -80,7 +81,7 @@ class FusedChain:
     def _bind_inputs(self, tensors: list[torch.Tensor]) -> bool:
         """Bind the run's inputs (and, for a new thread count, all the rest); False
         if one cannot be read in place."""
-        if not all(t.is_contiguous() and _whole(t) for t in tensors):
+        if not all(t.is_contiguous() and within_storage(t) for t in tensors):
             return False
         threads = torch.get_num_threads()
         if threads != self._bound_for or self._binding is None:
@@ -111,9 +112,3 @@ FLOOR = "least_embedding_index"
 def _bind_tensor(bind: Callable[..., None], name: str, tensor: torch.Tensor) -> None:
     bind(name, "cpu", 0, tensor.numpy().dtype, list(tensor.shape), tensor.data_ptr())
 
-
-def _whole(tensor: torch.Tensor) -> bool:
-    """Whether the tensor's storage holds all its elements (a caller may have shrunk it)."""
-    end = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
-    return tensor.numel() == 0 or (tensor.data_ptr() != 0 and
-                                   tensor.untyped_storage().nbytes() >= end)

@@ -130,7 +130,9 @@ def _checked(spec: InputSpec, value: Any) -> Any:
     # The common case first, in a few attribute reads: a plain CPU tensor that is
     # exactly what a static spec asks for. Anything else takes the full checks.
     if type(value) is torch.Tensor and value.dtype is spec.dtype and value.is_cpu and \
-            not spec.dynamic and value.shape == spec.shape and not value.requires_grad:
+            not spec.dynamic and value.shape == spec.shape and not value.requires_grad and \
+            value.storage_offset() == 0 and value.untyped_storage().nbytes() >= value.nbytes \
+            and value.is_contiguous():
         return value
     if spec.kind != "tensor":
         return _checked_scalar(spec, value)
@@ -154,7 +156,28 @@ def _checked(spec: InputSpec, value: Any) -> Any:
     elif shape != spec.shape:
         raise InputError(f"{spec.name} has shape {list(shape)}, expected {list(spec.shape)} "
                          f"({spec.describe()})")
+    if not within_storage(tensor):
+        raise InputError(f"{spec.name} addresses {extent_bytes(tensor)} bytes of its storage, "
+                         f"which holds {tensor.untyped_storage().nbytes()}: its storage was "
+                         "shrunk (untyped_storage().resize_) under it, and reading it would "
+                         "read freed memory",
+                         hint="give a tensor whose storage holds its elements")
     return tensor
+
+
+def within_storage(tensor: torch.Tensor) -> bool:
+    """Whether every element the tensor addresses lies in its storage. A caller can
+    shrink a storage under a live tensor (`untyped_storage().resize_`); reading the
+    tensor then reads freed memory, which crashes eager PyTorch too."""
+    return tensor.numel() == 0 or (tensor.data_ptr() != 0 and
+                                   extent_bytes(tensor) <= tensor.untyped_storage().nbytes())
+
+
+def extent_bytes(tensor: torch.Tensor) -> int:
+    """The bytes of its storage a non-empty tensor reaches: up to its last element."""
+    last = tensor.storage_offset() + sum((size - 1) * stride
+                                         for size, stride in zip(tensor.shape, tensor.stride()))
+    return (last + 1) * tensor.element_size()
 
 
 def _as_tensor(spec: InputSpec, value: Any) -> torch.Tensor:

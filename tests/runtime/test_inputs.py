@@ -132,3 +132,26 @@ def test_a_rejected_input_changes_nothing(add: LoadedProgram) -> None:
         add.run("forward", [torch.zeros(3, 3)])
     x = add.method("forward").value(0)
     assert torch.equal(x, torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("view", ["whole", "offset", "transposed"])
+def test_a_tensor_whose_storage_was_shrunk_is_refused_not_read(add: LoadedProgram,
+                                                              view: str) -> None:
+    # Reading such a tensor reads freed memory (eager PyTorch crashes on it); the
+    # views check the extent of storage offsets and strides, not just the size.
+    base = torch.arange(12, dtype=torch.float32)
+    value = {"whole": base[:6].view(2, 3), "offset": base[6:].view(2, 3),
+             "transposed": base[:6].view(3, 2).T}[view]
+    (out,) = add.run("forward", [value])
+    assert torch.equal(out, value + W)
+    base.untyped_storage().resize_(44)  # one element short of the offset view's end
+    if view != "offset":
+        (out,) = add.run("forward", [value])  # still within what remains
+        assert torch.equal(out, value + W)
+    else:
+        assert "its storage was shrunk" in message(add, [value])
+    base.untyped_storage().resize_(0)
+    assert message(add, [value]) == (
+        f"input_0 addresses {24 if view != 'offset' else 48} bytes of its storage, which holds 0: "
+        "its storage was shrunk (untyped_storage().resize_) under it, and reading it would read "
+        "freed memory")
