@@ -3,12 +3,22 @@
 `onnx_chain.fuse_chain` builds it at load (when and why: that module's
 docstring). Each run reads the caller's checked inputs in place, binding again
 only those that moved (or everything, for a new thread count), and the
-outputs land in memory of the chain's own, which `Method.run` copies out.
+outputs land in memory of the chain's own, handed out without a copy.
+
+Handing out instead of copying: the caller gets a view of the output memory
+(a new tensor over the same storage), and before each run an output whose
+storage anything but the chain still references (that view, a slice of it,
+a numpy array over it) gets fresh memory, bound in its place: a result the
+caller keeps is never overwritten, and one dropped is written again in
+place. Measured after a session run (cold caches), a clone cost 2.6 us on
+mlp and 4.5 us an output on bert; the view and the check cost about a third.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +39,9 @@ class FusedChain:
     constants: list[tuple[str, torch.Tensor]]  # never move: bound once
     # The method's outputs the chain writes, by value, into memory of their own:
     # a plan may put an output over an input it no longer needs, which the
-    # kernels finish reading first but a session need not.
-    outputs: dict[int, tuple[str, torch.Tensor]]
+    # kernels finish reading first but a session need not. Each entry's tensor
+    # is replaced when a caller still holds its memory (see the docstring).
+    outputs: dict[int, OutputMemory]
     floor: torch.Tensor | None  # the least embedding index of the run, if any
     _sessions: dict[int, Any] = field(default_factory=dict)
     _binding: Any = None  # a Binding once the first run has bound the tensors
@@ -64,6 +75,9 @@ class FusedChain:
                 for tensor in tensors:  # a loop, not all(): this runs every call
                     if not tensor.is_contiguous():  # strides changed in place
                         return False
+            for memory in self.outputs.values():
+                if memory.held_elsewhere():
+                    memory.renew(self._binding.binding.bind_output)
             self._binding.run()
         except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
             return False
@@ -71,12 +85,12 @@ class FusedChain:
 
     def results(self, given: Sequence[Any], positions: Mapping[int, int], env: list[Any],
                 values: list[int], copy: Callable[[Any], Any]) -> list[Any]:
-        """The method's outputs after `run`, each passed through `copy` (Method.run's):
-        those the chain wrote from the session's memory, an input from `given`
-        (`positions`: each input value's position there), a constant from `env`."""
+        """The method's outputs after `run`: a view of each the chain wrote, and an
+        input (from `given`; `positions`: each input value's position there) or a
+        constant (from `env`) passed through `copy` (Method.run's)."""
         outputs = self.outputs
-        return [copy(outputs[v][1] if v in outputs else
-                     given[positions[v]] if v in positions else env[v]) for v in values]
+        return [outputs[v].tensor.detach() if v in outputs else copy(
+                given[positions[v]] if v in positions else env[v]) for v in values]
 
     def _bind_inputs(self, tensors: list[torch.Tensor]) -> bool:
         """Bind the run's inputs (and, for a new thread count, all the rest); False
@@ -98,17 +112,72 @@ class FusedChain:
         binding = session.io_binding()
         for name, tensor in self.constants:
             _bind_tensor(binding.bind_input, name, tensor)
-        outputs = list(self.outputs.values())
+        for memory in self.outputs.values():
+            memory.bind(binding.bind_output)
         if self.floor is not None:
-            outputs.append((FLOOR, self.floor))
-        for name, tensor in outputs:
-            _bind_tensor(binding.bind_output, name, tensor)
+            _bind_tensor(binding.bind_output, FLOOR, self.floor)
         return Binding(session, binding)
+
+
+class OutputMemory:
+    """Where the session writes one output: `tensor`, bound at `address`."""
+
+    __slots__ = ("name", "tensor", "address", "_dtype")
+
+    def __init__(self, name: str, tensor: torch.Tensor) -> None:
+        self.name, self.tensor, self.address = name, tensor, tensor.data_ptr()
+        self._dtype = numpy_dtype(tensor.dtype)
+
+    def bind(self, bind_output: Callable[..., None]) -> None:
+        self.address = self.tensor.data_ptr()
+        bind_output(self.name, "cpu", 0, self._dtype, list(self.tensor.shape), self.address)
+
+    def held_elsewhere(self) -> bool:
+        """Whether anything but this object may read or move the memory: another
+        tensor or a numpy array over the storage, the storage object itself, or
+        the storage moved (`share_memory_`, a resize) away from the bound address."""
+        storage = self.tensor.untyped_storage()
+        return (_storage_uses(storage) != _FREE[0] or sys.getrefcount(storage) != _FREE[1]
+                or self.tensor.data_ptr() != self.address)
+
+    def renew(self, bind_output: Callable[..., None]) -> None:
+        """Move to fresh memory (the caller holds the last) and bind it."""
+        self.tensor = torch.empty_like(self.tensor, memory_format=torch.contiguous_format)
+        self.bind(bind_output)
+
+
+def _storage_uses(storage: torch.UntypedStorage) -> int:
+    """The tensors and storage handles sharing `storage` (torch's own count: a
+    numpy array or DLPack capsule counts through the tensor it keeps). The
+    Python storage object is not among them: torch keeps one per storage, whose
+    holders only its Python reference count shows."""
+    return torch._C._storage_Use_Count(storage._cdata)
+
+
+def _free_counts() -> tuple[int, int]:
+    """`held_elsewhere`'s two counts for a tensor nothing else references, as this
+    torch reports them; (-1, -1), so that every output is always renewed (a copy
+    per run, as before), if torch cannot say."""
+    tensor = torch.empty(1)
+    storage = tensor.untyped_storage()
+    try:
+        return _storage_uses(storage), sys.getrefcount(storage)
+    except (AttributeError, RuntimeError):
+        return -1, -1
+
+
+_FREE = _free_counts()
+
+
+@functools.cache
+def numpy_dtype(dtype: torch.dtype) -> Any:
+    """The numpy dtype onnxruntime binds a torch dtype's memory as (asked of an
+    empty tensor: `numpy()` makes a storage unresizable, so never of a caller's)."""
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 FLOOR = "least_embedding_index"
 
 
 def _bind_tensor(bind: Callable[..., None], name: str, tensor: torch.Tensor) -> None:
-    bind(name, "cpu", 0, tensor.numpy().dtype, list(tensor.shape), tensor.data_ptr())
-
+    bind(name, "cpu", 0, numpy_dtype(tensor.dtype), list(tensor.shape), tensor.data_ptr())

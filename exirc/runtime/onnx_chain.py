@@ -39,7 +39,7 @@ from typing import Any
 import numpy
 import torch
 
-from exirc.runtime.fused_chain import FLOOR, FusedChain
+from exirc.runtime.fused_chain import FLOOR, FusedChain, OutputMemory
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.onnx_softmax_guard import simplify_bool_reductions
@@ -322,7 +322,9 @@ class _Builder:
                           [(self.name(v), _last_position(self.plan.inputs, v))
                            for v in method_inputs],
                           [(self.name(v), self.env[v]) for v in constants],
-                          {v: (self.name(v), torch.empty_like(self.env[v])) for v in outputs},
+                          {v: OutputMemory(self.name(v), torch.empty_like(
+                              self.env[v], memory_format=torch.contiguous_format))
+                           for v in outputs},
                           floor)
 
 
