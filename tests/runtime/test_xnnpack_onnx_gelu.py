@@ -1,6 +1,7 @@
 """A decomposed tanh-GELU in the ONNX form is one Gelu node
 (exirc.runtime.xnnpack.onnx_gelu): GPT-2 style MLPs compiled for XNNPACK, with
-GPT-2's gelu_new and with the formula written in other orders, run on
+GPT-2's gelu_new, with the formula written in other orders and in its sigmoid
+form (torch's own tanh GELU as exirc lowers it), run on
 onnxruntime with eager's answers (the zoo's tolerances) and one Gelu node per
 activation. Near misses (a constant off in its last digits, an intermediate
 read elsewhere) stay node by node and still give eager's answers. A hand-built
@@ -46,6 +47,22 @@ def gelu_off_constant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return 0.5 * x * (1.0 + torch.tanh(inner)), inner
 
 
+def torch_tanh_gelu(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's own, which exirc lowers to x * sigmoid(x * (x * x * c + 2k))."""
+    return nn.functional.gelu(x, approximate="tanh"), x
+
+
+def gelu_sigmoid_of_scaled_sum(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sigmoid form with the scale on the sum: x * sigmoid(2k (x + 0.044715 x^3))."""
+    inner = (x + 0.044715 * x * x * x) * (2 * SCALE)
+    return x * torch.sigmoid(inner), inner
+
+
+def quick_gelu(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Not this GELU: CLIP's x * sigmoid(1.702 x)."""
+    return x * torch.sigmoid(1.702 * x), x
+
+
 class Mlp(nn.Module):
     """GPT-2's MLP (Linear, activation, Linear); `leak` also returns the tanh's input."""
 
@@ -56,7 +73,9 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         activation = {"gelu_new": gelu_new, "reordered": gelu_reordered,
-                      "off_constant": gelu_off_constant}[self.activation]
+                      "off_constant": gelu_off_constant, "torch_tanh": torch_tanh_gelu,
+                      "sigmoid_scaled_sum": gelu_sigmoid_of_scaled_sum,
+                      "quick_gelu": quick_gelu}[self.activation]
         a, inner = activation(self.up(x))
         y = self.down(a)
         return (y, inner) if self.leak else (y,)
@@ -76,6 +95,22 @@ def test_tanh_gelu_is_one_node_with_eager_answers(
     ops = [op for delegate in onnx_ops for op in delegate]
     assert ops.count("Gelu") == gelus, ops
     assert ("Tanh" in ops) == (gelus == 0), ops
+
+
+@pytest.mark.parametrize(("activation", "leak", "gelus"), [
+    ("torch_tanh", False, 1), ("sigmoid_scaled_sum", False, 1),
+    ("sigmoid_scaled_sum", True, 0), ("quick_gelu", False, 0)],
+    ids=["F.gelu_tanh", "scaled_sum", "sigmoid_input_read_elsewhere", "quick_gelu"])
+def test_the_sigmoid_form_is_one_node_with_eager_answers(
+        activation: str, leak: bool, gelus: int, onnx_ops: list[list[str]],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = Mlp(activation, leak).eval()
+    inputs = [torch.randn(1, 8, 16) * 2]
+    compiled_against_eager(model, inputs, monkeypatch, RTOL, ATOL)
+    ops = [op for delegate in onnx_ops for op in delegate]
+    assert ops.count("Gelu") == gelus, ops
+    assert ("Sigmoid" in ops) == (gelus == 0), ops
 
 
 def _hand_built(cube: str, half_on: str, scale_is_input: bool = False) -> object:

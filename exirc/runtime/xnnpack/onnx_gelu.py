@@ -9,7 +9,14 @@ graph in place: each
 
     u = (x + x * x * x * 0.044715) * sqrt(2/pi);  y = x * (tanh(u) + 1) * 0.5
 
-becomes `y = Gelu(x, approximate="tanh")`. Products are matched as products:
+becomes `y = Gelu(x, approximate="tanh")`, and so does the same function in
+its sigmoid form (0.5 * (1 + tanh(z)) = sigmoid(2z)), six nodes, which is how
+exirc lowers `F.gelu(x, approximate="tanh")` to XNNPACK:
+
+    y = x * sigmoid(x * (x * x * 2k*0.044715 + 2k))   or
+    y = x * sigmoid((x + x * x * x * 0.044715) * 2k),   k = sqrt(2/pi).
+
+Products are matched as products:
 their factors in any order and association (x^3 also as Pow(x, 3)), 0.5
 applied to x, to (tanh(u) + 1) or to their product; sums in either order.
 
@@ -45,7 +52,7 @@ def fuse_tanh_gelus(model: ModelProto) -> bool:
     import onnx
 
     graph = model.graph
-    if not any(node.op_type == "Tanh" for node in graph.node):
+    if not any(node.op_type in ("Tanh", "Sigmoid") for node in graph.node):
         return False  # nothing to find: skip shape inference
     if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for node in graph.node for attribute in node.attribute):
@@ -58,9 +65,12 @@ def fuse_tanh_gelus(model: ModelProto) -> bool:
     replaced: dict[int, NodeProto] = {}  # id of a match's last node -> its Gelu
     removed: set[int] = set()
     for node in graph.node:
-        if node.op_type != "Tanh":
+        if node.op_type == "Tanh":
+            found = matcher.match(node)
+        elif node.op_type == "Sigmoid":
+            found = matcher.match_sigmoid(node)
+        else:
             continue
-        found = matcher.match(node)
         if found is None or any(id(n) in removed for n in found.nodes):
             continue
         removed.update(id(n) for n in found.nodes)
@@ -153,6 +163,50 @@ class _GeluMatcher:
                 self.shapes.get(last.output[0]) != self.shapes[x]:
             return None
         return _Match(x, nodes, last)
+
+    def match_sigmoid(self, sigmoid: NodeProto) -> _Match | None:
+        """The GELU whose Sigmoid is `sigmoid` (the sigmoid form), or None."""
+        nodes: list[NodeProto] = [sigmoid]
+        x = self._sigmoid_argument(sigmoid.input[0], nodes)
+        last = self._single_reader(sigmoid.output[0])
+        if x is None or last is None or last.op_type != "Mul":
+            return None
+        found: list[NodeProto] = []
+        if sorted(self.factors(last.output[0], found, root=True)) != \
+                sorted([x, sigmoid.output[0]]):
+            return None
+        nodes.extend(found)
+        if not self._closed(nodes, last) or x not in self.shapes or \
+                self.shapes.get(last.output[0]) != self.shapes[x]:
+            return None
+        return _Match(x, nodes, last)
+
+    def _sigmoid_argument(self, name: str, nodes: list[NodeProto]) -> str | None:
+        """x, if `name` is x * (x * x * 2k*0.044715 + 2k) or (x + x^3 * 0.044715) * 2k."""
+        found: list[NodeProto] = []
+        factors = self.factors(name, found, root=True)
+        scaled_sum = self.producer.get(self._one_besides(factors, 2 * SCALE) or "")
+        if scaled_sum is not None and scaled_sum.op_type == "Add" and \
+                len(scaled_sum.input) == 2:
+            x = self._cubic_sum(scaled_sum, found)
+            if x is not None:
+                nodes.extend([*found, scaled_sum])
+                return x
+            return None
+        if len(factors) != 2:
+            return None
+        for x, sum_name in (factors, reversed(factors)):
+            add = self.producer.get(sum_name)
+            if add is None or add.op_type != "Add" or len(add.input) != 2 or \
+                    not self.read_once(sum_name):
+                continue
+            for term, constant in (add.input, reversed(add.input)):
+                square: list[NodeProto] = []
+                if self.is_constant(constant, 2 * SCALE) and self.read_once(term) and \
+                        self._is_product(self.factors(term, square), [x, x], 2 * SCALE * CUBIC):
+                    nodes.extend([*found, add, *square])
+                    return x
+        return None
 
     def _cubic_sum(self, add: NodeProto, nodes: list[NodeProto]) -> str | None:
         """x, if `add` is x + x * x * x * 0.044715 (either order)."""
