@@ -177,7 +177,7 @@ def extent_bytes(tensor: torch.Tensor) -> int:
     """The bytes of its storage a non-empty tensor reaches: up to its last element."""
     last = tensor.storage_offset() + sum((size - 1) * stride
                                          for size, stride in zip(tensor.shape, tensor.stride()))
-    return (last + 1) * tensor.element_size()
+    return int(last + 1) * tensor.element_size()
 
 
 def _as_tensor(spec: InputSpec, value: Any) -> torch.Tensor:
