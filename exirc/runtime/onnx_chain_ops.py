@@ -22,6 +22,8 @@ Exactness, kernel by kernel:
 - _to_copy from bool or an integer dtype: Cast (ONNX and torch agree there:
   non-zero is true, integers to float round to nearest); float sources are
   refused (NaN and overflow casts differ).
+- flip: Slice with step -1 over each flipped dim (a bidirectional LSTM's
+  reverse direction reads its sequence flipped); elements move, none change.
 - index.Tensor with constant indices only: GatherND over the indices
   broadcast and stacked at load, negative ones wrapped and all checked in
   range then (an out-of-range constant is refused: the kernel raises).
@@ -198,6 +200,31 @@ def index(e: Emitter, args: list[int]) -> None:
     e.node("GatherND", [e.name(args[0]), e.array("index", positions)], [e.name(out)])
 
 
+def flip(e: Emitter, args: list[int]) -> None:
+    """flip over each of `dims` once: a Slice from each one's last element backwards."""
+    source, out = e.tensor(args[0]), args[-1]
+    rank, dims = source.dim(), e.scalar(args[1])
+    if not isinstance(dims, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and -rank <= d < rank for d in dims):
+        raise NotMapped(f"dims {dims!r} of a rank-{rank} tensor")
+    axes = [d % rank for d in dims]
+    if len(set(axes)) != len(axes):
+        raise NotMapped(f"dims {dims!r} name a dim twice (the kernel refuses them)")
+    if e.tensor(out).dtype != source.dtype:
+        raise NotMapped(f"a flip of {source.dtype} into {e.tensor(out).dtype}")
+    _same_shape(e, out, source.shape)
+    if not axes:
+        e.node("Identity", [e.name(args[0])], [e.name(out)])
+        return
+    count = len(axes)
+    # With step -1, ONNX clamps the start to the last element and this end to
+    # "before the first": the whole dim, backwards, for any size (0 included).
+    e.node("Slice", [e.name(args[0]), e.array("starts", numpy.full(count, -1, numpy.int64)),
+                     e.array("ends", numpy.full(count, numpy.iinfo(numpy.int64).min)),
+                     e.array("axes", numpy.asarray(axes, numpy.int64)),
+                     e.array("steps", numpy.full(count, -1, numpy.int64))], [e.name(out)])
+
+
 ONNX_TYPES: dict[torch.dtype, int] = {
     torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5, torch.int32: 6,
     torch.int64: 7, torch.bool: 9, torch.float16: 10, torch.float64: 11,
@@ -222,5 +249,6 @@ TRANSLATORS: dict[str, Translator] = {
     "aten::where.self_out": where,
     "aten::_to_copy.out": to_copy,
     "aten::index.Tensor_out": index,
+    "aten::flip.out": flip,
 }
 """Kernel name (as programs spell it) -> its translator."""

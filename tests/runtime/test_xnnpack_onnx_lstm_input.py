@@ -3,7 +3,9 @@
 onnxruntime: the folded model answers as the unfolded one (within the zoo's
 tolerances: the bias is added in another order); a projection that is not
 exactly foldable (W not a permutation, per-step weights that differ, the
-projection read elsewhere, x broadcast over the steps) is left as it is."""
+projection read elsewhere, x broadcast over the steps) is left as it is. So
+is a projection reversed in time (a bidirectional LSTM's backward direction):
+folded when the Slice reverses the whole of axis 0, left when it does less."""
 
 from __future__ import annotations
 
@@ -16,13 +18,15 @@ onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 
 STEPS, BATCH, SIZE, HIDDEN = 3, 2, 5, 4
+INT64_MIN = numpy.iinfo(numpy.int64).min
 GATES = 4 * HIDDEN
 
 
 def _model(*, permutation: bool = True, per_step: str = "", bias: bool = True,
-           projection_output: bool = False, x_shape: tuple[int, ...] = (STEPS, BATCH, SIZE)
-           ) -> onnx.ModelProto:
-    """x -> MatMul(P) [-> Add(b)] -> LSTM(W, R, B): what fuse_lstms leaves."""
+           projection_output: bool = False, x_shape: tuple[int, ...] = (STEPS, BATCH, SIZE),
+           reversed_by: tuple[int, int, int, int] | None = None) -> onnx.ModelProto:
+    """x -> MatMul(P) [-> Add(b)] [-> Slice(start, end, axis, step)] -> LSTM(W, R, B):
+    what fuse_lstms leaves (the Slice: a flip kernel before a fused chain's LSTM)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = numpy.random.default_rng(0)
@@ -42,6 +46,12 @@ def _model(*, permutation: bool = True, per_step: str = "", bias: bool = True,
     if bias:
         nodes.append(helper.make_node("Add", ["projected", "b"], ["gates"]))
         sequence = "gates"
+    if reversed_by is not None:
+        for name, value in zip(("start", "end", "axis", "step"), reversed_by):
+            constants[name] = numpy.asarray([value], numpy.int64)
+        nodes.append(helper.make_node("Slice", [sequence, "start", "end", "axis", "step"],
+                                      ["backwards"]))
+        sequence = "backwards"
     nodes.append(helper.make_node("LSTM", [sequence, "W", "R", "B"], ["Y", "Y_h", "Y_c"],
                                   hidden_size=HIDDEN))
     outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
@@ -87,10 +97,26 @@ def test_a_projection_folds_into_the_node_with_the_same_answers(bias: bool,
     {"per_step": "different"},        # the steps do not share one projection
     {"projection_output": True},      # the projected gates are read elsewhere
     {"x_shape": (BATCH, SIZE), "per_step": "equal"},  # x broadcast over the steps
+    {"reversed_by": (-1, -STEPS, 0, -1)},  # all steps but the first, backwards
+    {"reversed_by": (-1, INT64_MIN, 0, -2)},  # every other step
+    {"reversed_by": (-1, INT64_MIN, 1, -1)},  # the batch reversed, not the steps
 ], ids=["w_not_a_permutation", "per_step_weights_differ", "projection_read_elsewhere",
-        "x_not_a_sequence"])
+        "x_not_a_sequence", "reversed_in_part", "reversed_by_two", "batch_reversed"])
 def test_a_projection_that_does_not_fold_exactly_is_left_as_it_is(options: dict) -> None:
     model = _model(**options)
     before = model.SerializeToString()
     assert fold_lstm_input_projections(model) == 0
     assert model.SerializeToString() == before
+
+
+@pytest.mark.parametrize("end", [INT64_MIN, -STEPS - 1], ids=["int64_min", "minus_steps_minus_one"])
+def test_a_projection_reversed_in_time_folds_with_x_reversed(end: int) -> None:
+    model = _model(reversed_by=(-1, end, 0, -1))
+    x = numpy.random.default_rng(2).standard_normal((STEPS, BATCH, SIZE)).astype(numpy.float32)
+    expected = _run(model, x)
+    assert fold_lstm_input_projections(model) == 1
+    assert [node.op_type for node in model.graph.node] == ["Slice", "LSTM"]
+    assert model.graph.node[0].input[0] == "x"
+    assert model.graph.node[1].input[0] == model.graph.node[0].output[0]
+    for got, want in zip(_run(model, x), expected):
+        numpy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

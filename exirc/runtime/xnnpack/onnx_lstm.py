@@ -17,8 +17,9 @@ from Wr and the constants in that order. A first step whose
 h_prev term was folded into a constant (h0 = 0) fits when that constant is
 the bias of the next step; c0 is whatever the first step reads. Each value
 read elsewhere keeps its name, shape and meaning: the last h and c are the
-node's Y_h and Y_c, a Concat of all the h's in order is a Reshape of Y, any
-other step's h is a Gather from Y; a step whose c is read elsewhere ends the
+node's Y_h and Y_c, a Concat (or chain of Concats) of all the h's in order
+is a Reshape of Y, in reverse order a Reshape of Y reversed, any other step's
+h is a Gather from Y; a step whose c is read elsewhere ends the
 run (the next one starts another node from that c).
 
 The pattern is matched strictly: an intermediate value read by anything else,
@@ -171,18 +172,48 @@ class _Rewriter(LstmMatcher):
         return self.add("Concat", parts, [self.fresh("X")], axis=0) if len(parts) > 1 else parts[0]
 
     def _concats_as_reshapes(self, segment: Segment) -> set[int]:
-        """Concats of all the segment's h in order, along an axis with only 1s before
-        it, made Reshapes of Y; their ids."""
+        """Concats of all the segment's h, in order or in reverse (a bidirectional
+        LSTM's backward direction), along an axis with only 1s before it, made
+        Reshapes of Y (of Y backwards, a Slice with step -1); their ids. A Concat
+        may be a chain of Concats (XNNPACK joins at most a few at a time): the
+        inner ones, read by nothing else, are left for `_live` to drop."""
         hs = [cell.h for cell in segment.cells]
         done = set()
-        for node in self.read_by.get(hs[-1], []):
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        for node in self.nodes:
+            if node.op_type != "Concat" or node.output[0] not in self.shapes:
+                continue
+            axis = _axis(node)
+            parts = self._concatenated(node, axis)
             shape = segment.cells[0].shape
-            if node.op_type == "Concat" and list(node.input) == hs and \
-                    prod(shape[:axis % len(shape)]) == 1 and node.output[0] in self.shapes:
-                self.reshaped(segment.outputs[0], self.shapes[node.output[0]], node.output[0])
-                done.add(id(node))
+            if prod(shape[:axis % len(shape)]) != 1 or parts not in (hs, hs[::-1]):
+                continue
+            y = segment.outputs[0] if parts == hs else self._backwards(segment.outputs[0])
+            self.reshaped(y, self.shapes[node.output[0]], node.output[0])
+            done.add(id(node))
         return done
+
+    def _backwards(self, y: str) -> str:
+        """`y` reversed along axis 0: a Slice from its last element back past the first."""
+        bounds = {"start": -1, "end": numpy.iinfo(numpy.int64).min, "axis": 0, "step": -1}
+        reversed_y = self.add("Slice", [y, *(self.add_constant(stem, numpy.asarray([value],
+                                                                                  numpy.int64))
+                                             for stem, value in bounds.items())],
+                              [self.fresh("Y_backwards")])
+        self.shapes[reversed_y] = self.shapes[y]
+        return reversed_y
+
+    def _concatenated(self, node: Any, axis: int) -> list[str]:
+        """What `node` (a Concat along `axis`) joins, through Concats along the same
+        axis whose result only it reads."""
+        parts = []
+        for name in node.input:
+            inner = self.producer.get(name)
+            if inner is not None and inner.op_type == "Concat" and _axis(inner) == axis and \
+                    len(self.read_by.get(name, [])) == 1 and name not in self.outputs:
+                parts += self._concatenated(inner, axis)
+            else:
+                parts.append(name)
+        return parts
 
     def _states_read_elsewhere(self, segment: Segment, read: set[str]) -> None:
         """Give each step's h and the last c that something still reads its value."""
@@ -203,6 +234,10 @@ class _Rewriter(LstmMatcher):
                 if one != cell.h:
                     self.shapes[one] = state
                     self.reshaped(one, cell.shape, cell.h)
+
+
+def _axis(node: Any) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), 0)
 
 
 def _topological(nodes: list[Any], graph: Any, initializers: list[Any]) -> list[Any] | None:

@@ -10,14 +10,17 @@ without subgraphs and rewrites its graph in place: an LSTM node whose
 
     X = Add(MatMul(x, P), b)   or   X = MatMul(x, P)
 
-with x of shape [T, B, I], P a constant [I, 4H] (or [T, I, 4H] whose T slices
+(or either of those reversed in time, X = Slice(..., step -1 over axis 0): a
+bidirectional LSTM's backward direction reads its projection so) with x of
+shape [T, B, I], P a constant [I, 4H] (or [T, I, 4H] whose T slices
 are equal: a weight broadcast per step), b a constant of 4H elements, W a
 permutation matrix and every intermediate read by nothing else, reads x
 directly, with W = the permutation's rows of P^T (exact: rows are moved, not
 computed) and b, permuted the same way, added to the node's input bias.
 onnxruntime then projects the sequence inside the node, in one GEMM. Results
 move in the last bits (the bias is added in another order), within the zoo's
-tolerances. Anything else is left as it is.
+tolerances. A reversed X becomes the same Slice of x. Anything else is left
+as it is.
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ def fold_lstm_input_projections(model: ModelProto) -> int:
         plan = _fold(lstm, producer, readers, constants, shapes)
         if plan is None:
             continue
-        x, weight, bias, removed = plan
+        x, weight, bias, removed, backwards = plan
+        if backwards is not None:  # the Slice now reverses x itself
+            backwards.input[0] = x
+            backwards.output[0] = x = _fresh(graph, x + "_backwards")
         w_name = _fresh(graph, lstm.input[1] + "_folded")
         graph.initializer.append(onnx.numpy_helper.from_array(weight, w_name))
         b_name = _fresh(graph, lstm.input[1] + "_bias_folded")
@@ -82,9 +88,11 @@ def fold_lstm_input_projections(model: ModelProto) -> int:
 
 def _fold(lstm: NodeProto, producer: dict[str, NodeProto], readers: Counter[str],
           constants: dict[str, Any], shapes: dict[str, tuple[int, ...]]
-          ) -> tuple[str, numpy.ndarray, numpy.ndarray, list[NodeProto]] | None:
-    """(x, the new W, the new B, the nodes no longer needed) for one LSTM node, or
-    None if its projection does not fold exactly as the module docstring says."""
+          ) -> tuple[str, numpy.ndarray, numpy.ndarray, list[NodeProto], NodeProto | None
+                     ] | None:
+    """(x, the new W, the new B, the nodes no longer needed, the Slice reversing X
+    if one does) for one LSTM node, or None if its projection does not fold
+    exactly as the module docstring says."""
     from onnx import numpy_helper
 
     inputs = list(lstm.input)
@@ -100,6 +108,11 @@ def _fold(lstm: NodeProto, producer: dict[str, NodeProto], readers: Counter[str]
         numpy_helper.to_array(constants[gate_bias]).astype(numpy.float32).reshape(2 * gates)
     removed: list[NodeProto] = []
     node = producer.get(inputs[0])
+    backwards = node if node is not None and _reverses_time(node, constants, shapes) else None
+    if backwards is not None:
+        if readers[backwards.input[0]] != 1:
+            return None
+        node = producer.get(backwards.input[0])
     bias = numpy.zeros(gates, numpy.float32)
     if node is not None and node.op_type == "Add":
         variable = [name for name in node.input if name not in constants]
@@ -134,7 +147,24 @@ def _fold(lstm: NodeProto, producer: dict[str, NodeProto], readers: Counter[str]
         return None
     biases[:gates] += bias[permutation]
     weight = numpy.ascontiguousarray(projection.T[permutation])[None]
-    return x, weight, biases[None], removed
+    return x, weight, biases[None], removed, backwards
+
+
+def _reverses_time(node: NodeProto, constants: dict[str, Any],
+                   shapes: dict[str, tuple[int, ...]]) -> bool:
+    """Whether `node` is a Slice reversing a [T, ...] tensor whole along axis 0
+    (start -1, step -1, an end at or before -T - 1, no other axis)."""
+    from onnx import numpy_helper
+
+    if node.op_type != "Slice" or len(node.input) != 5 or \
+            not all(name in constants for name in node.input[1:]):
+        return False
+    shape = shapes.get(node.input[0])
+    start, end, axis, step = (numpy_helper.to_array(constants[name]).reshape(-1).tolist()
+                              for name in node.input[1:])
+    return shape is not None and len(start) == len(end) == len(axis) == len(step) == 1 and \
+        start[0] == -1 and step[0] == -1 and axis[0] in (0, -len(shape)) and \
+        end[0] <= -shape[0] - 1
 
 
 def _permutation(tensor: Any) -> numpy.ndarray | None:
