@@ -281,3 +281,34 @@ def test_graphs_changed_after_reading_agree_or_fail_typed(
             for a, b in zip(ours, theirs):
                 torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL, equal_nan=True)
     assert on_ort > 0
+
+
+class ScoresByTransposedKeys(torch.nn.Module):
+    """Attention as Llama-style models write it: q @ k^T, XNNPACK's batch matrix
+    multiply with XNN_FLAG_TRANSPOSE_B (k is read as [.., N, K])."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        scores = q @ k.transpose(-1, -2) / 8**0.5
+        return torch.softmax(scores, dim=-1) @ v + torch.nn.functional.scaled_dot_product_attention(
+            q, k, v)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 8, 8), (2, 6, 5)], ids=["4d", "3d"])
+def test_a_batch_matrix_multiply_by_a_transposed_input_runs_on_onnxruntime(
+        shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = ScoresByTransposedKeys().eval()
+    inputs = [torch.randn(shape) for _ in range(3)]
+    data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
+    program = load(data).program
+    blobs = [deserialize_blob(payload(program, d)) for plan in program.execution_plan
+             for d in plan.delegates]
+    assert any(node.kind == G.NodeKind.BATCH_MATRIX_MULTIPLY and node.params.flags
+               for blob in blobs for node in blob.graph.nodes), "expected a TRANSPOSE_B node"
+    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
+    assert all(isinstance(h, OnnxDelegate) for h in handles(data))
+    on_ort = run(data, inputs)
+    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
+    assert_close(on_ort, run(data, inputs), "onnxruntime vs torch engine")
+    with torch.no_grad():
+        assert_close(on_ort, [model(*inputs)], "onnxruntime vs eager")

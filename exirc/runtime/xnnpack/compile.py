@@ -98,6 +98,9 @@ class CompiledGraph:
     inputs: list[External]
     outputs: list[External]
     num_args: int
+    # Each value's dims by id, as the shape check inferred them from the inputs
+    # (a blob's declared dims for internal values are only a hint: `shapecheck`).
+    shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
 def compile_graph(graph: G.XNNGraph, source: ConstantSource) -> CompiledGraph:
@@ -119,7 +122,9 @@ def compile_graph(graph: G.XNNGraph, source: ConstantSource) -> CompiledGraph:
     template: Env = [None] * len(graph.values)
     for value_id, tensor in constants.items():
         template[slots[value_id][0]] = tensor
-    return CompiledGraph(ops, labels, template, inputs, outputs, len(inputs) + len(outputs))
+    shapes = {graph.values[slot].id_out: dims for slot, dims in check.shapes.items()}
+    return CompiledGraph(ops, labels, template, inputs, outputs, len(inputs) + len(outputs),
+                         shapes)
 
 
 Slots = dict[int, tuple[int, G.TensorValue]]

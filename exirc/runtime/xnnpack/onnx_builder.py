@@ -29,7 +29,8 @@ def value_name(value_id: int) -> str:
 class OnnxBuilder:
     """Collects ONNX nodes and initializers while the graph's nodes are emitted."""
 
-    def __init__(self, graph: G.XNNGraph, constants: dict[int, torch.Tensor]) -> None:
+    def __init__(self, graph: G.XNNGraph, constants: dict[int, torch.Tensor],
+                 shapes: dict[int, tuple[int, ...]]) -> None:
         import onnx.helper
         import onnx.numpy_helper
 
@@ -38,6 +39,7 @@ class OnnxBuilder:
         self.graph = graph
         self.values = {v.id_out: v for v in graph.values}
         self.constants = constants
+        self.shapes = shapes  # inferred dims by value id (`CompiledGraph.shapes`)
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._named: set[str] = set()
@@ -74,6 +76,13 @@ class OnnxBuilder:
         """A constant value's data, or None when the value is computed."""
         tensor = self.constants.get(value_id)
         return None if tensor is None else tensor.numpy()
+
+    def rank(self, value_id: int) -> int:
+        """The value's rank as the shape check inferred it; NotMapped if it did not."""
+        dims = self.shapes.get(value_id)
+        if dims is None:
+            raise NotMapped(f"value {value_id}'s dims were not inferred")
+        return len(dims)
 
     def plain_float32(self, value_id: int) -> bool:
         """Whether value `value_id` exists and is float32, not quantized."""

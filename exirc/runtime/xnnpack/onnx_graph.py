@@ -85,7 +85,7 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
     for external in (*compiled.inputs, *compiled.outputs):
         if external.dtype != torch.float32:
             raise NotMapped(f"delegate argument {external.arg} is {external.dtype}")
-    builder = OnnxBuilder(graph, constants)
+    builder = OnnxBuilder(graph, constants, compiled.shapes)
     nodes = fuse_clamps(graph)
     fusions = plan_fusions(builder, nodes, graph.output_ids)
     splits = plan_splits(builder, nodes, fusions.covered)

@@ -250,9 +250,14 @@ def _concatenate(b: OnnxBuilder, node: G.Node) -> None:
 def _batch_matrix_multiply(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.Node2x1)
-    if p.flags & FLAG_TRANSPOSE_WEIGHTS:
-        raise NotMapped("XNN_FLAG_TRANSPOSE_B")  # would need input 2's inferred rank
-    b.add("MatMul", [b.read(p.input1_id), b.read(p.input2_id)], [value_name(p.output_id)])
+    second = b.read(p.input2_id)
+    if p.flags & FLAG_TRANSPOSE_WEIGHTS:  # input 2 is [.., N, K]: swap its last two dims
+        rank = b.rank(p.input2_id)
+        if rank < 2:
+            raise NotMapped(f"XNN_FLAG_TRANSPOSE_B of a rank-{rank} input")
+        second = b.add("Transpose", [second],
+                       perm=[*range(rank - 2), rank - 1, rank - 2])
+    b.add("MatMul", [b.read(p.input1_id), second], [value_name(p.output_id)])
 
 
 EMITTERS: dict[G.NodeKind, Emitter] = {
