@@ -41,6 +41,7 @@ import torch
 
 from exirc.runtime.fused_chain import FLOOR, FusedChain, OutputMemory
 from exirc.runtime.kernels import Kernel
+from exirc.runtime.onnx_chain_arith import MORE_TRANSLATORS
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.onnx_softmax_guard import simplify_bool_reductions
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
@@ -182,7 +183,7 @@ class _Builder:
         return self._finish(len(instructions))
 
     def _kernel(self, position: int, kernel: Kernel, args: list[int]) -> None:
-        translate = TRANSLATORS.get(kernel.name)
+        translate = TRANSLATORS.get(kernel.name) or MORE_TRANSLATORS.get(kernel.name)
         parameters = kernel.schema.arguments
         outs = [i for i, p in enumerate(parameters) if p.is_out]
         # An out-variant call lists its arguments, then its result: the out tensor again.

@@ -1,0 +1,178 @@
+"""More ATen kernels a fused chain (`onnx_chain`) can express as ONNX nodes:
+broadcasts, integer arithmetic, position ids, a log-softmax head.
+
+Transformers models compute around their delegates what XNNPACK has no node
+for: an all-true attention mask expanded to [B, 1, T, T] (ViT, DeiT and
+wav2vec2 under transformers 5), position ids from a padding mask (RoBERTa's
+`cumsum(mask) * mask + padding_idx`, OPT's), a `log_softmax` head after the
+last delegate. Each would keep the whole method kernel by kernel. As in
+`onnx_chain_ops`, each translator emits nodes computing what the kernel
+computes for the argument kinds it can prove that of, and raises `NotMapped`
+for anything else:
+
+- expand_copy: Expand to the output's shape, once torch's own rules say the
+  sizes give that shape (ONNX broadcasts both ways; torch refuses where a
+  size of 1 asks to shrink a dim). A copy: exact.
+- add/sub/mul and their scalar forms with alpha 1, on float32 tensors or on
+  integer tensors (of mixed dtypes too: each cast to the dtype torch's
+  promotion picks, as torch casts them): Add/Sub/Mul. Integers wrap around as
+  torch's do; a float32 sum or product is one IEEE operation either way.
+- cumsum of an integer tensor in its own dtype or in int64 (torch's default
+  for integers): a Cast to int64 where needed, and CumSum; exact (sums of
+  integers do not depend on their order).
+- arange with constant bounds: its values, computed by torch at load, as a
+  constant (the kernel would compute the same numbers every run).
+- gather: GatherElements (over a Slice of the source where the index spans
+  less of a dim); ONNX wraps negative indices where torch raises, so the
+  index joins the chain's least-index output, as an embedding's does.
+- _log_softmax of float32 over one dim: LogSoftmax. Not bit for bit:
+  onnxruntime sums the exponentials in another order, as every delegate node
+  does (within the verify tolerances, as they are).
+"""
+
+from __future__ import annotations
+
+import numpy
+import torch
+
+from exirc.runtime.onnx_chain_ops import (
+    INTEGER_DTYPES,
+    ONNX_TYPES,
+    Emitter,
+    Translator,
+    _broadcast,
+    _same_shape,
+    _scalar_of_kind,
+)
+from exirc.runtime.xnnpack.onnx_builder import NotMapped
+
+
+def expand_copy(e: Emitter, args: list[int]) -> None:
+    source, out = e.tensor(args[0]), args[-1]
+    sizes = e.scalar(args[1])
+    if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes) or \
+            e.tensor(out).dtype != source.dtype:
+        raise NotMapped(f"an expand to {sizes!r}")
+    try:
+        shape = tuple(source.expand(sizes).shape)  # torch's rules, on the planned tensor's meta
+    except RuntimeError:
+        raise NotMapped(f"{tuple(source.shape)} does not expand to {sizes!r}") from None
+    _same_shape(e, out, shape)
+    e.node("Expand", [e.name(args[0]), e.array("shape", numpy.asarray(shape, numpy.int64))],
+           [e.name(out)])
+
+
+def _integer_operands(e: Emitter, args: list[int], alpha_at: int | None,
+                      scalar: bool) -> tuple[str, str]:
+    """The two operand names of an integer add/sub/mul, checked (module docstring)."""
+    first, out = e.tensor(args[0]), e.tensor(args[-1])
+    if alpha_at is not None and e.scalar(args[alpha_at]) != 1:
+        raise NotMapped("an alpha other than 1")
+    if scalar:
+        if first.dtype not in (*INTEGER_DTYPES, torch.float32) or out.dtype != first.dtype:
+            raise NotMapped(f"arithmetic on {first.dtype} into {out.dtype}")
+        _same_shape(e, args[-1], first.shape)
+        return e.name(args[0]), e.array("scalar", _scalar_of_kind(e, first, e.scalar(args[1])))
+    second = e.tensor(args[1])
+    kind = torch.result_type(first, second)  # torch's promotion, 0-d operands' rule included
+    if out.dtype != kind or kind not in (*INTEGER_DTYPES, torch.float32) or (
+            first.dtype != second.dtype and
+            not {first.dtype, second.dtype} <= set(INTEGER_DTYPES)):
+        raise NotMapped(f"{first.dtype} with {second.dtype} into {out.dtype}")
+    _same_shape(e, args[-1], _broadcast(first, second))
+    # Integers are cast to the common dtype as torch casts them (two's complement).
+    names = [e.name(v) if e.tensor(v).dtype == kind else
+             e.node("Cast", [e.name(v)], to=ONNX_TYPES[kind]) for v in args[:2]]
+    return names[0], names[1]
+
+
+def _integer_arithmetic(op_type: str, alpha_at: int | None, scalar: bool) -> Translator:
+    def translate(e: Emitter, args: list[int]) -> None:
+        e.node(op_type, list(_integer_operands(e, args, alpha_at, scalar)), [e.name(args[-1])])
+    return translate
+
+
+def cumsum(e: Emitter, args: list[int]) -> None:
+    source, out = e.tensor(args[0]), args[-1]
+    dim, dtype = e.scalar(args[1]), e.scalar(args[2])
+    rank, dims = source.dim(), max(source.dim(), 1)  # a 0-d tensor takes dim 0 or -1
+    target = e.tensor(out).dtype
+    if source.dtype not in INTEGER_DTYPES or target not in (source.dtype, torch.int64) or \
+            dtype is not None or not isinstance(dim, int) or not -dims <= dim < dims:
+        raise NotMapped(f"a cumsum of {source.dtype} into {target} over {dim!r}")
+    _same_shape(e, out, source.shape)
+    values = e.name(args[0])
+    if target != source.dtype:  # torch sums in the out's dtype (int64 for any integer)
+        values = e.node("Cast", [values], to=ONNX_TYPES[target])
+    if rank == 0:
+        e.node("Identity", [values], [e.name(out)])
+        return
+    e.node("CumSum", [values, e.array("axis", numpy.asarray(dim % rank, numpy.int64))],
+           [e.name(out)])
+
+
+def arange(e: Emitter, args: list[int]) -> None:
+    out = e.tensor(args[-1])
+    bounds = [e.scalar(v) for v in args[:-1]]
+    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
+        raise NotMapped(f"arange bounds {bounds!r}")
+    try:  # the kernel itself, into a tensor of the out's dtype
+        values = torch.arange(*bounds, out=torch.empty(0, dtype=out.dtype))
+    except RuntimeError:
+        raise NotMapped(f"arange{tuple(bounds)!r} fails") from None
+    _same_shape(e, args[-1], values.shape)
+    e.node("Identity", [e.array("arange", values.numpy())], [e.name(args[-1])])
+
+
+def gather(e: Emitter, args: list[int]) -> None:
+    """torch.gather: GatherElements over the part of the source the index spans
+    (torch reads only its first index.size(d) rows in every other dim d)."""
+    source, index, out = e.tensor(args[0]), e.tensor(args[2]), args[-1]
+    dim, rank = e.scalar(args[1]), source.dim()
+    if index.dtype != torch.int64 or rank == 0 or index.dim() != rank or \
+            not isinstance(dim, int) or not -rank <= dim < rank or index.numel() == 0 or \
+            e.tensor(out).dtype != source.dtype:
+        raise NotMapped("not a gather ONNX's GatherElements computes")
+    axis = dim % rank
+    if any(index.shape[d] > source.shape[d] for d in range(rank) if d != axis):
+        raise NotMapped("its index spans more of a dim than the source has (torch refuses)")
+    _same_shape(e, out, index.shape)
+    data = e.name(args[0])
+    cut = [d for d in range(rank) if d != axis and index.shape[d] != source.shape[d]]
+    if cut:
+        data = e.node("Slice", [data, e.array("starts", numpy.zeros(len(cut), numpy.int64)),
+                                e.array("ends", numpy.asarray([index.shape[d] for d in cut],
+                                                              numpy.int64)),
+                                e.array("axes", numpy.asarray(cut, numpy.int64))])
+    e.node("GatherElements", [data, e.name(args[2])], [e.name(out)], axis=axis)
+    # ONNX wraps a negative index where torch raises: a negative one sends the
+    # run to the kernels (as an embedding's does: `onnx_chain_ops.embedding`).
+    e.floor(e.name(args[2]))
+
+
+def log_softmax(e: Emitter, args: list[int]) -> None:
+    source, out = e.tensor(args[0]), args[-1]
+    dim, half_to_float = e.scalar(args[1]), e.scalar(args[2])
+    rank = source.dim()
+    if source.dtype != torch.float32 or e.tensor(out).dtype != torch.float32 or \
+            half_to_float is not False or not isinstance(dim, int) or rank == 0 or \
+            not -rank <= dim < rank or source.shape[dim] == 0:
+        raise NotMapped(f"a log_softmax of {source.dtype} over {dim!r}")
+    _same_shape(e, out, source.shape)
+    e.node("LogSoftmax", [e.name(args[0])], [e.name(out)], axis=dim % rank)
+
+
+MORE_TRANSLATORS: dict[str, Translator] = {
+    "aten::expand_copy.out": expand_copy,
+    "aten::add.out": _integer_arithmetic("Add", 2, scalar=False),
+    "aten::sub.out": _integer_arithmetic("Sub", 2, scalar=False),
+    "aten::mul.out": _integer_arithmetic("Mul", None, scalar=False),
+    "aten::add.Scalar_out": _integer_arithmetic("Add", 2, scalar=True),
+    "aten::sub.Scalar_out": _integer_arithmetic("Sub", 2, scalar=True),
+    "aten::mul.Scalar_out": _integer_arithmetic("Mul", None, scalar=True),
+    "aten::cumsum.out": cumsum,
+    "aten::arange.out": arange,
+    "aten::arange.start_out": arange,
+    "aten::gather.out": gather,
+    "aten::_log_softmax.out": log_softmax,
+}
