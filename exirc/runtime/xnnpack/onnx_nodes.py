@@ -20,7 +20,7 @@ import numpy
 
 from exirc.runtime.xnnpack.linear import FLAG_TRANSPOSE_WEIGHTS
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, clamp_bounds, value_name
-from exirc.runtime.xnnpack.pooling import FLAG_KEEP_DIMS
+from exirc.runtime.xnnpack.pooling import FLAG_ALIGN_CORNERS, FLAG_KEEP_DIMS
 from exirc.runtime.xnnpack.shapes import CONCAT_INPUTS
 from exirc.serialize.xnnpack import graph as G
 
@@ -193,6 +193,22 @@ def _pooling(b: OnnxBuilder, node: G.Node) -> None:
     _finish_nchw(b, node, result, p.output_id)
 
 
+def _resize_bilinear(b: OnnxBuilder, node: G.Node) -> None:
+    """As the torch path resizes (F.interpolate, bilinear, to the node's size):
+    Resize in torch's own coordinate mapping (what torch.onnx exports it as);
+    weights computed in another order move results in the last bits."""
+    p = node.params
+    assert isinstance(p, G.StaticResizeBilinear2D)
+    dims = b.shapes.get(p.input_id)
+    if dims is None or len(dims) != 4:
+        raise NotMapped(f"its input's dims {dims} are not NHWC")
+    mode = "align_corners" if p.flags & FLAG_ALIGN_CORNERS else "pytorch_half_pixel"
+    sizes = b.ints("sizes", [dims[0], dims[3], p.new_height, p.new_width])
+    result = b.add("Resize", [b.to_nchw(b.read(p.input_id)), "", "", sizes], mode="linear",
+                   coordinate_transformation_mode=mode)
+    _finish_nchw(b, node, result, p.output_id)
+
+
 def _global_average_pooling(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.Node1x1)
@@ -277,6 +293,7 @@ EMITTERS: dict[G.NodeKind, Emitter] = {
     G.NodeKind.MAX_POOLING_2D: _pooling,
     G.NodeKind.AVG_POOLING_2D: _pooling,
     G.NodeKind.GLOBAL_AVG_POOLING_2D: _global_average_pooling,
+    G.NodeKind.STATIC_RESIZE_BILINEAR_2D: _resize_bilinear,
     G.NodeKind.STATIC_TRANSPOSE: _transpose,
     G.NodeKind.STATIC_RESHAPE: _reshape,
     G.NodeKind.STATIC_SLICE: _slice,
