@@ -42,6 +42,7 @@ import torch
 from exirc.runtime.fused_chain import FLOOR, FusedChain, OutputMemory
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_arith import MORE_TRANSLATORS
+from exirc.runtime.onnx_chain_moves import MOVES
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.onnx_softmax_guard import simplify_bool_reductions
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
@@ -183,7 +184,8 @@ class _Builder:
         return self._finish(len(instructions))
 
     def _kernel(self, position: int, kernel: Kernel, args: list[int]) -> None:
-        translate = TRANSLATORS.get(kernel.name) or MORE_TRANSLATORS.get(kernel.name)
+        translate = TRANSLATORS.get(kernel.name) or MORE_TRANSLATORS.get(kernel.name) or \
+            MOVES.get(kernel.name)
         parameters = kernel.schema.arguments
         outs = [i for i, p in enumerate(parameters) if p.is_out]
         # An out-variant call lists its arguments, then its result: the out tensor again.
@@ -235,8 +237,13 @@ class _Builder:
         if value in self.written:
             raise NotMapped(f"value {value} changes at run time")
         meta = self.plan.values[value] if 0 <= value < len(self.plan.values) else None
+        if isinstance(meta, (P.TensorList, P.OptionalTensorList)):
+            for item in meta.items:  # computed items are read (constants: initializers)
+                if item != -1 and not self._is_constant(item):
+                    self._reads(item)
+            return
         if not isinstance(meta, P.Tensor):
-            return  # scalars and lists become attributes or initializers
+            return  # scalars become attributes or initializers
         if value not in self.produced and meta.allocation_info is not None and \
                 value not in self.plan.inputs:
             self._view_of_written(value)
@@ -245,22 +252,59 @@ class _Builder:
         else:
             self.read.add(value)
 
+    def _covers(self, source: int, source_span: tuple[int, int], value: int,
+                span: tuple[int, int]) -> bool:
+        """Whether `source`'s bytes hold all of `value`'s, whole elements of one dtype."""
+        itemsize = self.env[source].element_size()
+        return source_span[0] <= span[0] < span[1] <= source_span[1] and \
+            self.env[source].dtype == self.env[value].dtype and \
+            (span[0] - source_span[0]) % itemsize == 0
+
+    def _view(self, value: int, source: int, source_span: tuple[int, int],
+              span: tuple[int, int]) -> None:
+        """`value` as the elements of `source` at its bytes (both contiguous)."""
+        elements = self.name(source)
+        if span != source_span:
+            itemsize = self.env[source].element_size()
+            first = (span[0] - source_span[0]) // itemsize
+            flat = self.node("Reshape", [elements, self.array("flat", numpy.asarray(
+                [-1], numpy.int64))])
+            elements = self.node("Slice", [flat, self.array("start", numpy.asarray(
+                [first], numpy.int64)), self.array("end", numpy.asarray(
+                    [first + self.env[value].numel()], numpy.int64))])
+        self.node("Reshape", [elements, self.array(
+            "shape", numpy.asarray(self.env[value].shape, numpy.int64))], [self.name(value)])
+        self._writes(value)
+
+    def _is_constant(self, value: int) -> bool:
+        meta = self.plan.values[value] if 0 <= value < len(self.plan.values) else None
+        return isinstance(meta, P.Tensor) and bool(meta.data_buffer_idx) and \
+            meta.allocation_info is None
+
     def _view_of_written(self, value: int) -> None:
-        """A planned value no instruction writes is a view: the bytes the last write
-        to its memory left. Read as a Reshape of that write when it covers exactly
-        the same bytes, in the same dtype (else the chain is not fused)."""
+        """A planned value no instruction writes is a view: of the bytes the last write
+        to its memory left, or of an input's (when nothing wrote there). Read as a
+        Reshape of that value, or of the run of its elements it covers (a select or
+        slice of whole rows), in the same dtype (else the chain is not fused)."""
         tensor = self.tensor(value)
         span = _span(tensor)
         for _, source in reversed(self.order):
             source_span = self.spans[source]
-            if source_span == span and self.env[source].dtype == tensor.dtype and span[0] < span[1]:
+            if self._covers(source, source_span, value, span):
                 self.uses.append((self.position, source))
-                self.node("Reshape", [self.name(source), self.array(
-                    "shape", numpy.asarray(tensor.shape, numpy.int64))], [self.name(value)])
-                self._writes(value)
+                self._view(value, source, source_span, span)
                 return
             if source_span[0] < span[1] and span[0] < source_span[1]:
                 break
+        else:
+            for source in dict.fromkeys(self.plan.inputs):
+                meta = self.plan.values[source]
+                if isinstance(meta, P.Tensor) and meta.allocation_info is not None and \
+                        isinstance(self.env[source], torch.Tensor) and \
+                        self._covers(source, _span(self.tensor(source)), value, span):
+                    self._reads(source)
+                    self._view(value, source, _span(self.tensor(source)), span)
+                    return
         raise NotMapped(f"value {value} is read, but no instruction of the chain wrote it")
 
     def _writes(self, value: int) -> None:

@@ -17,6 +17,8 @@ for anything else:
   integer tensors (of mixed dtypes too: each cast to the dtype torch's
   promotion picks, as torch casts them): Add/Sub/Mul. Integers wrap around as
   torch's do; a float32 sum or product is one IEEE operation either way.
+- comparisons (ge/gt/le/lt with a scalar; eq/ne/ge/gt/le/lt of two tensors)
+  without promotion: Greater, Less, ..., exact.
 - cumsum of an integer tensor in its own dtype or in int64 (torch's default
   for integers): a Cast to int64 where needed, and CumSum; exact (sums of
   integers do not depend on their order).
@@ -25,6 +27,8 @@ for anything else:
 - gather: GatherElements (over a Slice of the source where the index spans
   less of a dim); ONNX wraps negative indices where torch raises, so the
   index joins the chain's least-index output, as an embedding's does.
+- ExecuTorch's dim-order copies (_to_dim_order_copy, _clone_dim_order) into
+  a contiguous out: Identity, or to_copy's Cast when the dtype changes.
 - _log_softmax of float32 over one dim: LogSoftmax. Not bit for bit:
   onnxruntime sums the exponentials in another order, as every delegate node
   does (within the verify tolerances, as they are).
@@ -43,6 +47,7 @@ from exirc.runtime.onnx_chain_ops import (
     _broadcast,
     _same_shape,
     _scalar_of_kind,
+    to_copy,
 )
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
 
@@ -89,6 +94,30 @@ def _integer_operands(e: Emitter, args: list[int], alpha_at: int | None,
 def _integer_arithmetic(op_type: str, alpha_at: int | None, scalar: bool) -> Translator:
     def translate(e: Emitter, args: list[int]) -> None:
         e.node(op_type, list(_integer_operands(e, args, alpha_at, scalar)), [e.name(args[-1])])
+    return translate
+
+
+def _comparison(op_type: str, scalar: bool) -> Translator:
+    """eq/ne/ge/gt/le/lt of a tensor with a scalar of its kind or a tensor of its
+    dtype (no promotion); "NotEqual" is Not(Equal), as NaN != NaN is in torch."""
+
+    def translate(e: Emitter, args: list[int]) -> None:
+        first, out = e.tensor(args[0]), args[-1]
+        if e.tensor(out).dtype != torch.bool or \
+                (first.dtype == torch.bool and op_type not in ("Equal", "NotEqual")):
+            raise NotMapped(f"a comparison of {first.dtype} into {e.tensor(out).dtype}")
+        if scalar:
+            second = e.array("scalar", _scalar_of_kind(e, first, e.scalar(args[1])))
+            _same_shape(e, out, first.shape)
+        else:
+            if e.tensor(args[1]).dtype != first.dtype:
+                raise NotMapped(f"{first.dtype} with {e.tensor(args[1]).dtype} is promoted")
+            second = e.name(args[1])
+            _same_shape(e, out, _broadcast(first, e.tensor(args[1])))
+        if op_type == "NotEqual":
+            e.node("Not", [e.node("Equal", [e.name(args[0]), second])], [e.name(out)])
+        else:
+            e.node(op_type, [e.name(args[0]), second], [e.name(out)])
     return translate
 
 
@@ -150,6 +179,18 @@ def gather(e: Emitter, args: list[int]) -> None:
     e.floor(e.name(args[2]))
 
 
+def dim_order_copy(e: Emitter, args: list[int]) -> None:
+    """ExecuTorch's copy into a dim order: the values are the source's (an ONNX
+    tensor has no layout; a strided out is refused by `Emitter.tensor`), cast as
+    `onnx_chain_ops.to_copy` casts when the dtype changes."""
+    source, out = e.tensor(args[0]), e.tensor(args[-1])
+    if source.dtype != out.dtype:
+        to_copy(e, args)
+        return
+    _same_shape(e, args[-1], source.shape)
+    e.node("Identity", [e.name(args[0])], [e.name(args[-1])])
+
+
 def log_softmax(e: Emitter, args: list[int]) -> None:
     source, out = e.tensor(args[0]), args[-1]
     dim, half_to_float = e.scalar(args[1]), e.scalar(args[2])
@@ -162,7 +203,14 @@ def log_softmax(e: Emitter, args: list[int]) -> None:
     e.node("LogSoftmax", [e.name(args[0])], [e.name(out)], axis=dim % rank)
 
 
+_COMPARISONS = {"eq": "Equal", "ne": "NotEqual", "ge": "GreaterOrEqual", "gt": "Greater",
+                "le": "LessOrEqual", "lt": "Less"}
+
 MORE_TRANSLATORS: dict[str, Translator] = {
+    **{f"aten::{name}.Tensor_out": _comparison(op, scalar=False)
+       for name, op in _COMPARISONS.items()},
+    **{f"aten::{name}.Scalar_out": _comparison(op, scalar=True)
+       for name, op in _COMPARISONS.items() if name not in ("eq", "ne")},  # onnx_chain_ops
     "aten::expand_copy.out": expand_copy,
     "aten::add.out": _integer_arithmetic("Add", 2, scalar=False),
     "aten::sub.out": _integer_arithmetic("Sub", 2, scalar=False),
@@ -175,4 +223,6 @@ MORE_TRANSLATORS: dict[str, Translator] = {
     "aten::arange.start_out": arange,
     "aten::gather.out": gather,
     "aten::_log_softmax.out": log_softmax,
+    "dim_order_ops::_to_dim_order_copy.out": dim_order_copy,
+    "dim_order_ops::_clone_dim_order.out": dim_order_copy,
 }

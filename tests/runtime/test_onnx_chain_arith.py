@@ -140,3 +140,27 @@ def test_near_misses_stay_kernel_by_kernel_and_right(variant: str, fuses: bool) 
     method = method_of(model, inputs)
     assert (method._fused is not None) == fuses
     answers_as_kernels_and_eager(method, model, inputs)
+
+
+class Comparisons(nn.Module):
+    """Token ids compared with scalars and with each other (integer masks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(20, 4)
+
+    def forward(self, ids: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden = self.embed(ids)
+        masks = [ids >= 3, ids > 3, ids <= 17, ids < 17, ids == other, ids != other,
+                 ids >= other, ids > other, ids <= other, ids < other]
+        return tuple(torch.where(m[..., None], hidden, torch.zeros_like(hidden)) for m in masks)
+
+
+def test_comparisons_run_fused_exactly() -> None:
+    torch.manual_seed(0)
+    model = Comparisons().eval()
+    ids = torch.tensor([[3, 17, 2, 18], [5, 5, 0, 19]])
+    other = torch.tensor([[3, 16, 4, 18], [6, 5, 0, 1]])
+    method = method_of(model, [ids, other])
+    assert method._fused is not None
+    answers_as_kernels_and_eager(method, model, [ids, other])
