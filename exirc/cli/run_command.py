@@ -207,7 +207,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
         return
     # With -o -, stdout carries the .npz alone; what is read goes to stderr.
     click.echo(summary(method, runs.outputs), err=to_stdout)
-    timing = timing_text(runs.seconds, warmup, threads, profile)
+    timing = timing_text(runs.seconds, warmup, threads, profile, method.execution)
     if timing:
         click.echo(timing, err=to_stdout)
 

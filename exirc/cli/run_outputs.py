@@ -104,9 +104,12 @@ def _to_numpy(value: Any) -> numpy.ndarray[Any, Any] | None:
 SLOWEST_SHOWN = 10  # instructions in --profile's table of the slowest
 
 
-def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profile | None) -> str:
+def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profile | None,
+                execution: str = "") -> str:
     """What the text output says of the runs' times: the latency statistics of
-    several runs, and with a profile its tables ("" for one plain run)."""
+    several runs, and with a profile its tables ("" for one plain run); then how
+    plain runs go (`execution`, `Method.execution`: a profiled run always goes
+    instruction by instruction, which a fused method's plain runs do not)."""
     parts = []
     if len(seconds) > 1:
         parts.append(latency_text(seconds, warmup, threads, profile is not None))
@@ -115,6 +118,8 @@ def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profil
         ran = profile.instruction_rows()
         if ran:
             parts.append(slowest_table(profile.slowest(SLOWEST_SHOWN), len(ran)))
+    if parts and execution:
+        parts.append(f"plain runs: {execution}")
     return "\n".join(parts)
 
 
@@ -173,9 +178,10 @@ def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float]
              profile: Profile | None, output: str | None, *, warmup: int = 0,
              threads: int = 1, trace: str | None = None) -> dict[str, Any]:
     """What `exirc run --json` reports: the outputs' facts, the runs (measured,
-    warm-up, threads), the latency statistics of several runs (--repeat), and
-    with --profile the time per operator (`profile`) and per instruction that
-    ran (`instructions`, in program order)."""
+    warm-up, threads), how plain runs go (`Method.execution`), the latency
+    statistics of several runs (--repeat), and with --profile the time per
+    operator (`profile`) and per instruction that ran (`instructions`, in
+    program order)."""
     from exirc.cli.json_output import output_facts
     from exirc.runtime.profile import latency_stats
 
@@ -186,6 +192,7 @@ def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float]
         "runs": len(seconds), "warmup_runs": warmup, "threads": threads,
         "latency_ms": latency_stats(seconds) if len(seconds) > 1 else None,
         "outputs_file": None if output is None else ("-" if is_stdio(output) else output),
+        "execution": method.execution,
     }
     if profile is not None:
         body["profile"] = profile.rows()

@@ -178,6 +178,20 @@ def numpy_dtype(dtype: torch.dtype) -> Any:
 
 FLOOR = "least_embedding_index"
 
+FUSED = "one onnxruntime session (the method's chain, fused at load)"
+
+
+def why_no_delegate(backends: Sequence[tuple[Any, Any]]) -> str:
+    """Why a method has no delegate on onnxruntime: its first delegate's reason."""
+    reasons = [why for _, handle in backends if (why := getattr(handle, "not_on_onnxruntime", ""))]
+    return f"its XNNPACK delegates run on torch: {reasons[0]}" if reasons else \
+        "it has no XNNPACK delegate"
+
+
+def kernel_by_kernel(reason: str) -> str:
+    """How a method that is not fused runs, and why it is not."""
+    return f"instruction by instruction (not fused: {reason})"
+
 
 def _bind_tensor(bind: Callable[..., None], name: str, tensor: torch.Tensor) -> None:
     bind(name, "cpu", 0, numpy_dtype(tensor.dtype), list(tensor.shape), tensor.data_ptr())

@@ -44,7 +44,6 @@ from exirc.errors import ExircError
 from exirc.runtime import arenas as memory
 from exirc.runtime.argument_checks import check_method
 from exirc.runtime.errors import ExecutionError, StepLimitError
-from exirc.runtime.fused_chain import FusedChain
 from exirc.runtime.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain import fuse_chain
@@ -148,9 +147,10 @@ class Method:
             self._costs.append(prefix_sums(costs))
             self._extras.append(prefix_sums([cost - 1 for cost in costs]))
         self._profiled: tuple[Profile, list[list[Step]]] | None = None
-        self._fused: FusedChain | None = None if None in self._straight else fuse_chain(
+        # `execution`: how plain runs go, in words (for `exirc run --profile`, --json).
+        self._fused, self.execution = fuse_chain(
             plan, kernels, backends, env, values.written, self.has_state,
-            dynamic=bool(shapes is not None and shapes.values))
+            None not in self._straight, dynamic=bool(shapes is not None and shapes.values))
 
     @property
     def has_state(self) -> bool:

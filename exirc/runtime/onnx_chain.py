@@ -39,7 +39,14 @@ from typing import Any
 import numpy
 import torch
 
-from exirc.runtime.fused_chain import FLOOR, FusedChain, OutputMemory
+from exirc.runtime.fused_chain import (
+    FLOOR,
+    FUSED,
+    FusedChain,
+    OutputMemory,
+    kernel_by_kernel,
+    why_no_delegate,
+)
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_arith import MORE_TRANSLATORS
 from exirc.runtime.onnx_chain_moves import MOVES
@@ -61,25 +68,34 @@ def _span(tensor: torch.Tensor) -> tuple[int, int]:
 
 def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
                backends: Sequence[tuple[Any, Any]], env: list[Any],
-               written: frozenset[int], has_state: bool, dynamic: bool) -> FusedChain | None:
-    """The method's chain as one session, or None when it cannot be (module docstring).
-    `dynamic`: the method has tensors of symbolic shape (exirc's shape table says so)."""
+               written: frozenset[int], has_state: bool, straight: bool, dynamic: bool
+               ) -> tuple[FusedChain | None, str]:
+    """The method's chain as one session, or None when it cannot be (module
+    docstring); and how plain runs go, in words, with the reason when not fused.
+    `straight`: every instruction has fixed arguments and no jumps; `dynamic`: the
+    method has tensors of symbolic shape (exirc's shape table says so)."""
     delegates = [handle for _, handle in backends if isinstance(handle, OnnxDelegate)]
-    if len(plan.chains) != 1 or has_state or dynamic or not delegates:
-        return None
+    refusal = ("it has more than one chain" if len(plan.chains) != 1 else
+               "it has jumps or arguments computed at run time" if not straight else
+               "it keeps program state" if has_state else
+               "its shapes are dynamic" if dynamic else
+               why_no_delegate(backends) if not delegates else "")
+    if refusal:
+        return None, kernel_by_kernel(refusal)
     try:
         fused = _Builder(plan, env, written).build(plan.chains[0].instructions, kernels,
                                                    backends)
-    except NotMapped:
-        return None
+    except NotMapped as reason:
+        return None, kernel_by_kernel(str(reason))
     try:
         fused.session()
-    except Exception:  # noqa: BLE001 (onnxruntime refusing the model: run kernel by kernel)
-        return None
+    except Exception as error:  # noqa: BLE001 (onnxruntime refusing the model: run kernel by kernel)
+        return None, kernel_by_kernel(f"onnxruntime refused the fused model: "
+                                      f"{type(error).__name__}")
     for delegate in delegates:
         # Their weights would be held twice; a kernel-by-kernel run remakes them.
         delegate.drop_sessions()
-    return fused
+    return fused, FUSED
 
 
 class _Builder:
@@ -175,7 +191,8 @@ class _Builder:
             if isinstance(instr, P.DelegateCall):
                 handle = backends[instr.delegate_index][1]
                 if not isinstance(handle, OnnxDelegate):
-                    raise NotMapped(f"instruction {position}: a delegate not on onnxruntime")
+                    why = getattr(handle, "not_on_onnxruntime", "") or "not an XNNPACK delegate"
+                    raise NotMapped(f"instruction {position}: a delegate runs on torch ({why})")
                 self._delegate(position, handle, instr.args)
             elif isinstance(instr, P.KernelCall):
                 self._kernel(position, kernels[instr.op_index], instr.args)

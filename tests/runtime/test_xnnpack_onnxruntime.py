@@ -336,3 +336,18 @@ def test_a_batch_matrix_multiply_by_a_transposed_input_runs_on_onnxruntime(
     assert_close(on_ort, run(data, inputs), "onnxruntime vs torch engine")
     with torch.no_grad():
         assert_close(on_ort, [model(*inputs)], "onnxruntime vs eager")
+
+
+@pytest.mark.parametrize(("program", "expected"), [
+    ("mlp", "plain runs: one onnxruntime session (the method's chain, fused at load)"),
+    ("quantized", "plain runs: instruction by instruction (not fused: its XNNPACK delegates "
+                  "run on torch: constant 3 is torch.int8, not float32)")])
+def test_cli_timing_says_how_plain_runs_go_and_why(program: str, expected: str,
+                                                   tmp_path: Path) -> None:
+    path = tmp_path / f"{program}.pte"
+    path.write_bytes(quantized_mlp() if program == "quantized" else exirc_lowered("mlp"))
+    done = subprocess.run([sys.executable, "-m", "exirc", "run", str(path), "--random",
+                           "--repeat", "2"], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != ENGINE_VARIABLE})
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout.splitlines(), done.stdout

@@ -101,6 +101,9 @@ class CompiledGraph:
     # Each value's dims by id, as the shape check inferred them from the inputs
     # (a blob's declared dims for internal values are only a hint: `shapecheck`).
     shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    # Why this graph runs on torch rather than onnxruntime, when it was chosen to
+    # (`onnx_engine.choose_engine`): for messages saying why a method runs as it does.
+    not_on_onnxruntime: str = ""
 
 
 def compile_graph(graph: G.XNNGraph, source: ConstantSource) -> CompiledGraph:

@@ -27,6 +27,7 @@ against 0.059, vit_tiny 1.15 against 0.38 (bench zoo, --target xnnpack).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 import os
@@ -71,12 +72,12 @@ def choose_engine(graph: G.XNNGraph, compiled: CompiledGraph) -> CompiledGraph |
     onnxruntime session over the same checked graph (see the module docstring)."""
     engine = requested_engine()
     if engine == "torch":
-        return compiled
+        return dataclasses.replace(compiled, not_on_onnxruntime=f"{ENGINE_VARIABLE}=torch")
     if not onnxruntime_available():
         if engine == "onnxruntime":
             raise UsageError(f"{ENGINE_VARIABLE}=onnxruntime, but onnxruntime or onnx is not "
                              "installed", hint=f"{INSTALL_HINT}, or unset {ENGINE_VARIABLE}")
-        return compiled
+        return dataclasses.replace(compiled, not_on_onnxruntime="onnxruntime is not installed")
     from exirc.runtime.xnnpack.onnx_builder import NotMapped
     from exirc.runtime.xnnpack.onnx_graph import to_onnx
 
@@ -89,7 +90,7 @@ def choose_engine(graph: G.XNNGraph, compiled: CompiledGraph) -> CompiledGraph |
                 f"onnxruntime: {reason}",
                 hint=f"unset {ENGINE_VARIABLE} (such delegates then run on torch), or set it "
                      "to torch") from None
-        return compiled
+        return dataclasses.replace(compiled, not_on_onnxruntime=str(reason))
     delegate = OnnxDelegate(compiled, model.model.SerializeToString(), model.input_names,
                             model.output_names)
     try:
@@ -100,7 +101,8 @@ def choose_engine(graph: G.XNNGraph, compiled: CompiledGraph) -> CompiledGraph |
                 f"{ENGINE_VARIABLE}=onnxruntime, but onnxruntime refused this XNNPACK "
                 f"delegate: {type(error).__name__}: {_first_line(error)}",
                 hint=f"unset {ENGINE_VARIABLE} (such delegates then run on torch)") from None
-        return compiled
+        return dataclasses.replace(compiled, not_on_onnxruntime="onnxruntime refused its model: "
+                                   f"{type(error).__name__}")
     return delegate
 
 
