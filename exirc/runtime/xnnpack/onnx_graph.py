@@ -35,6 +35,7 @@ from exirc.runtime.xnnpack.fuse import fuse_clamps
 from exirc.runtime.xnnpack.onnx_builder import NotMapped, OnnxBuilder, value_name
 from exirc.runtime.xnnpack.onnx_fusions import plan_fusions
 from exirc.runtime.xnnpack.onnx_gelu import fuse_tanh_gelus
+from exirc.runtime.xnnpack.onnx_gru import fuse_grus
 from exirc.runtime.xnnpack.onnx_hardsigmoid import fuse_hardsigmoids
 from exirc.runtime.xnnpack.onnx_lstm import fuse_lstms
 from exirc.runtime.xnnpack.onnx_lstm_input import fold_lstm_input_projections
@@ -106,6 +107,7 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
         fuse_tanh_gelus(model.model)
         fuse_hardsigmoids(model.model)
         fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
+        fuse_grus(model.model)
         simplify_reshapes(model.model)
         fold_lstm_input_projections(model.model)  # after: Reshapes no longer stand between
     except Exception as error:  # noqa: BLE001 (a graph no rewrite foresaw, e.g. a hostile file's)
