@@ -271,3 +271,37 @@ def test_hand_built_layer_norms(variant: Variant, onnx_ops: list[list[str]],
     assert ("ReduceMean" in ops) != variant.fuses, ops
     if variant.ops is not None:
         assert tuple(ops) == variant.ops
+
+
+class RmsNorm(nn.Module):
+    """Llama's RMSNorm: a mean over the last dim (XNNPACK: a one-channel global
+    average pooling), and a mean over two dims of an image as a control."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(24) + 0.5)
+
+    def forward(self, x: torch.Tensor, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        return normed, image.mean((2, 3), keepdim=True)
+
+
+def test_a_mean_over_the_last_dim_is_a_last_axis_reduce_mean(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # onnxruntime reduces [N, H, W, 1] over H, W on a slow general path; the
+    # one-channel mean is emitted as a reduction over the last of two axes.
+    captured: list[Any] = []
+    convert = onnx_graph.to_onnx
+
+    def keep(graph: G.XNNGraph, compiled: Any) -> onnx_graph.OnnxModel:
+        made = convert(graph, compiled)
+        captured.append(made.model)
+        return made
+    monkeypatch.setattr(onnx_graph, "to_onnx", keep)
+    torch.manual_seed(0)
+    compiled_against_eager(RmsNorm().eval(), [torch.randn(2, 5, 24), torch.randn(1, 3, 4, 6)],
+                           monkeypatch, 1e-4, 1e-5)
+    from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
+    ranks = sorted(len(inferred_shapes(model)[node.input[0]]) for model in captured
+                   for node in model.graph.node if node.op_type == "ReduceMean")
+    assert ranks[0] == 2, ranks  # the RMSNorm's mean: [tokens, 24] over its last axis
