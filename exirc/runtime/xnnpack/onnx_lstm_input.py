@@ -1,4 +1,4 @@
-"""An LSTM node's input projection folded into the node's W.
+"""An LSTM or GRU node's input projection folded into the node's W.
 
 `onnx_lstm.fuse_lstms` feeds each LSTM node the projected gates
 (X = x @ W_ih^T + b_ih, the delegate's MatMul and Add over the whole sequence)
@@ -21,6 +21,10 @@ onnxruntime then projects the sequence inside the node, in one GEMM. Results
 move in the last bits (the bias is added in another order), within the zoo's
 tolerances. A reversed X becomes the same Slice of x. Anything else is left
 as it is.
+
+`onnx_gru.fuse_grus` makes GRU nodes the same way (3H gates instead of 4H), and
+their projections fold the same way: b goes to the input bias Wb, which a GRU
+adds outside its reset gate's product, where torch adds b_ih.
 """
 
 from __future__ import annotations
@@ -35,18 +39,20 @@ from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
 
-_PLAIN_ATTRIBUTES = frozenset({"hidden_size", "direction"})
-"""The only LSTM attributes a folded node may carry: default activations, no clip,
-no coupled input-forget gate, time-major layout."""
+_PLAIN_ATTRIBUTES = {"LSTM": frozenset({"hidden_size", "direction"}),
+                     "GRU": frozenset({"hidden_size", "direction", "linear_before_reset"})}
+"""The only attributes a folded node may carry: default activations, no clip,
+no coupled input-forget gate, time-major layout (a GRU's reset either way: the
+input projection is outside it)."""
 
 
 def fold_lstm_input_projections(model: ModelProto) -> int:
-    """Fold each foldable LSTM input projection of `model` (module docstring) into
+    """Fold each foldable LSTM or GRU input projection of `model` (module docstring) into
     its node, in place; how many were folded."""
     import onnx
 
     graph = model.graph
-    if not any(node.op_type == "LSTM" for node in graph.node):
+    if not any(node.op_type in _PLAIN_ATTRIBUTES for node in graph.node):
         return 0
     try:
         shapes = inferred_shapes(model)
@@ -58,7 +64,7 @@ def fold_lstm_input_projections(model: ModelProto) -> int:
     readers.update(output.name for output in graph.output)
     gone: set[int] = set()
     folded = 0
-    for lstm in [node for node in graph.node if node.op_type == "LSTM"]:
+    for lstm in [node for node in graph.node if node.op_type in _PLAIN_ATTRIBUTES]:
         plan = _fold(lstm, producer, readers, constants, shapes)
         if plan is None:
             continue
@@ -91,12 +97,13 @@ def _fold(lstm: NodeProto, producer: dict[str, NodeProto], readers: Counter[str]
           ) -> tuple[str, numpy.ndarray, numpy.ndarray, list[NodeProto], NodeProto | None
                      ] | None:
     """(x, the new W, the new B, the nodes no longer needed, the Slice reversing X
-    if one does) for one LSTM node, or None if its projection does not fold
+    if one does) for one LSTM or GRU node, or None if its projection does not fold
     exactly as the module docstring says."""
     from onnx import numpy_helper
 
     inputs = list(lstm.input)
-    if {a.name for a in lstm.attribute} - _PLAIN_ATTRIBUTES or any(inputs[4:5]) or \
+    if {a.name for a in lstm.attribute} - _PLAIN_ATTRIBUTES[lstm.op_type] or \
+            any(inputs[4:5]) or \
             len(inputs) > 7 or readers[inputs[0]] != 1:
         return None  # sequence lengths, peepholes, options, or X read elsewhere
     permutation = _permutation(constants.get(inputs[1]))
