@@ -130,13 +130,11 @@ def test_a_delegate_with_an_unmapped_node_stays_on_torch(monkeypatch: pytest.Mon
                                rtol=0.05, atol=0.05)
 
 
-@pytest.mark.parametrize("align", [False, True], ids=["half_pixel", "align_corners"])
-def test_bilinear_resizing_runs_on_onnxruntime_as_torch_resizes(
-        align: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.Upsample(
-        scale_factor=(2.0, 3.0), mode="bilinear", align_corners=align)).eval()
-    inputs = [torch.randn(1, 3, 5, 4)]
-    data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
+def on_onnxruntime_as_on_torch_and_eager(data: bytes, model: torch.nn.Module,
+                                         inputs: list[torch.Tensor],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every delegate of `data` (compiled from `model`) runs on onnxruntime, with the
+    torch engine's and eager's answers."""
     monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
     assert all(isinstance(h, OnnxDelegate) for h in handles(data))
     on_ort = run(data, inputs)
@@ -144,6 +142,16 @@ def test_bilinear_resizing_runs_on_onnxruntime_as_torch_resizes(
     assert_close(on_ort, run(data, inputs), "onnxruntime vs torch engine")
     with torch.no_grad():
         assert_close(on_ort, [model(*inputs)], "onnxruntime vs eager")
+
+
+@pytest.mark.parametrize("align", [False, True], ids=["half_pixel", "align_corners"])
+def test_bilinear_resizing_runs_on_onnxruntime_as_torch_resizes(
+        align: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.Upsample(
+        scale_factor=(2.0, 3.0), mode="bilinear", align_corners=align)).eval()
+    inputs = [torch.randn(1, 3, 5, 4)]
+    data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
+    on_onnxruntime_as_on_torch_and_eager(data, model, inputs, monkeypatch)
 
 
 def test_a_call_of_another_shape_runs_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -329,13 +337,7 @@ def test_a_batch_matrix_multiply_by_a_transposed_input_runs_on_onnxruntime(
              for d in plan.delegates]
     assert any(node.kind == G.NodeKind.BATCH_MATRIX_MULTIPLY and node.params.flags
                for blob in blobs for node in blob.graph.nodes), "expected a TRANSPOSE_B node"
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    assert all(isinstance(h, OnnxDelegate) for h in handles(data))
-    on_ort = run(data, inputs)
-    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
-    assert_close(on_ort, run(data, inputs), "onnxruntime vs torch engine")
-    with torch.no_grad():
-        assert_close(on_ort, [model(*inputs)], "onnxruntime vs eager")
+    on_onnxruntime_as_on_torch_and_eager(data, model, inputs, monkeypatch)
 
 
 @pytest.mark.parametrize(("program", "expected"), [
