@@ -136,6 +136,8 @@ class OutputMemory:
         """Whether anything but this object may read or move the memory: another
         tensor or a numpy array over the storage, the storage object itself, or
         the storage moved (`share_memory_`, a resize) away from the bound address."""
+        if _FREE[0] < 0:
+            return True  # this torch cannot say: fresh memory every run
         storage = self.tensor.untyped_storage()
         return (_storage_uses(storage) != _FREE[0] or sys.getrefcount(storage) != _FREE[1]
                 or self.tensor.data_ptr() != self.address)
