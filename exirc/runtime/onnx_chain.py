@@ -54,7 +54,7 @@ from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.onnx_softmax_guard import simplify_bool_reductions
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
 from exirc.runtime.xnnpack.onnx_engine import OnnxDelegate
-from exirc.runtime.xnnpack.onnx_lstm_input import fold_lstm_input_projections
+from exirc.runtime.xnnpack.onnx_lstm_input import fold_recurrent_input_projections
 from exirc.serialize import program as P
 
 OPSET = 20  # as the delegates' ONNX forms (onnx_graph.OPSET)
@@ -382,7 +382,7 @@ class _Builder:
         with contextlib.suppress(Exception):
             simplify_bool_reductions(model)
         # A backward LSTM direction's projection, reversed by a flip kernel, folds only here.
-        fold_lstm_input_projections(model)
+        fold_recurrent_input_projections(model)
         return FusedChain(model.SerializeToString(), length,
                           [(self.name(v), _last_position(self.plan.inputs, v))
                            for v in method_inputs],

@@ -24,9 +24,9 @@ from torch import nn
 from exirc.compiler import CompileOptions, compile_module
 from exirc.runtime import load
 from tests.runtime.test_xnnpack_onnx_fusions import (  # noqa: F401 (onnx_ops: a fixture)
-    compiled_against_eager,
     onnx_ops,
 )
+from tests.runtime.test_xnnpack_onnx_lstm import ops_compiled_against_eager
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -142,11 +142,7 @@ CASES = [
 def test_gru_layers_are_gru_nodes_with_eager_answers(
         case: Case, onnx_ops: list[list[str]],  # noqa: F811
         monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.manual_seed(0)
-    model = case.module().eval()
-    inputs = [torch.randn(*shape) for shape in case.shapes]
-    compiled_against_eager(model, inputs, monkeypatch, RTOL, ATOL)
-    ops = [op for delegate in onnx_ops for op in delegate]
+    ops = ops_compiled_against_eager(case.module, case.shapes, onnx_ops, monkeypatch)
     assert ops.count("GRU") == case.grus, ops
     assert case.matmuls is None or ops.count("MatMul") == case.matmuls, ops
     if case.grus:

@@ -101,15 +101,23 @@ CASES = [
 ]
 
 
+def ops_compiled_against_eager(module: Callable[[], nn.Module], shapes: list[tuple[int, ...]],
+                               onnx_ops: list[list[str]],  # noqa: F811
+                               monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ONNX op types of `module` compiled for XNNPACK, once its answers on both
+    engines were checked against eager's (random inputs of `shapes`)."""
+    torch.manual_seed(0)
+    model = module().eval()
+    inputs = [torch.randn(*shape) for shape in shapes]
+    compiled_against_eager(model, inputs, monkeypatch, RTOL, ATOL)
+    return [op for delegate in onnx_ops for op in delegate]
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_lstm_layers_are_lstm_nodes_with_eager_answers(
         case: Case, onnx_ops: list[list[str]],  # noqa: F811
         monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.manual_seed(0)
-    model = case.module().eval()
-    inputs = [torch.randn(*shape) for shape in case.shapes]
-    compiled_against_eager(model, inputs, monkeypatch, RTOL, ATOL)
-    ops = [op for delegate in onnx_ops for op in delegate]
+    ops = ops_compiled_against_eager(case.module, case.shapes, onnx_ops, monkeypatch)
     assert ops.count("LSTM") == case.lstms, ops
     assert case.matmuls is None or ops.count("MatMul") == case.matmuls, ops
     if case.lstms:

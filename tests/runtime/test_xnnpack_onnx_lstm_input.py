@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy
 import pytest
 
-from exirc.runtime.xnnpack.onnx_lstm_input import fold_lstm_input_projections
+from exirc.runtime.xnnpack.onnx_lstm_input import fold_recurrent_input_projections
 
 onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -81,7 +81,7 @@ def test_a_projection_folds_into_the_node_with_the_same_answers(bias: bool,
     expected = _run(model, x)
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
-    assert fold_lstm_input_projections(folded) == 1
+    assert fold_recurrent_input_projections(folded) == 1
     assert [node.op_type for node in folded.graph.node] == ["LSTM"]
     lstm = folded.graph.node[0]
     assert lstm.input[0] == "x"
@@ -105,7 +105,7 @@ def test_a_projection_folds_into_the_node_with_the_same_answers(bias: bool,
 def test_a_projection_that_does_not_fold_exactly_is_left_as_it_is(options: dict) -> None:
     model = _model(**options)
     before = model.SerializeToString()
-    assert fold_lstm_input_projections(model) == 0
+    assert fold_recurrent_input_projections(model) == 0
     assert model.SerializeToString() == before
 
 
@@ -114,7 +114,7 @@ def test_a_projection_reversed_in_time_folds_with_x_reversed(end: int) -> None:
     model = _model(reversed_by=(-1, end, 0, -1))
     x = numpy.random.default_rng(2).standard_normal((STEPS, BATCH, SIZE)).astype(numpy.float32)
     expected = _run(model, x)
-    assert fold_lstm_input_projections(model) == 1
+    assert fold_recurrent_input_projections(model) == 1
     assert [node.op_type for node in model.graph.node] == ["Slice", "LSTM"]
     assert model.graph.node[0].input[0] == "x"
     assert model.graph.node[1].input[0] == model.graph.node[0].output[0]

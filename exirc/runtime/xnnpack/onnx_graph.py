@@ -38,7 +38,7 @@ from exirc.runtime.xnnpack.onnx_gelu import fuse_tanh_gelus
 from exirc.runtime.xnnpack.onnx_gru import fuse_grus
 from exirc.runtime.xnnpack.onnx_hardsigmoid import fuse_hardsigmoids
 from exirc.runtime.xnnpack.onnx_lstm import fuse_lstms
-from exirc.runtime.xnnpack.onnx_lstm_input import fold_lstm_input_projections
+from exirc.runtime.xnnpack.onnx_lstm_input import fold_recurrent_input_projections
 from exirc.runtime.xnnpack.onnx_nodes import EMITTERS
 from exirc.runtime.xnnpack.onnx_reshapes import simplify_reshapes
 from exirc.runtime.xnnpack.onnx_split import plan_splits
@@ -109,7 +109,7 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
         fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
         fuse_grus(model.model)
         simplify_reshapes(model.model)
-        fold_lstm_input_projections(model.model)  # after: Reshapes no longer stand between
+        fold_recurrent_input_projections(model.model)  # after: Reshapes no longer stand between
     except Exception as error:  # noqa: BLE001 (a graph no rewrite foresaw, e.g. a hostile file's)
         # The rewrites only make the model faster: the delegate runs on torch instead.
         raise NotMapped(f"rewriting the ONNX form failed: {type(error).__name__}: {error}") \

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING
 import numpy
 
 from exirc.runtime.xnnpack.onnx_gru_match import GruMatcher, GruSegment
-from exirc.runtime.xnnpack.onnx_recurrent import RecurrentRewriter
-from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
+from exirc.runtime.xnnpack.onnx_recurrent import RecurrentRewriter, shapes_if_any
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -41,17 +40,8 @@ def fuse_grus(model: ModelProto) -> bool:
     """Rewrite `model`'s graph in place with unrolled GRU layers as GRU nodes
     (module docstring); True if anything changed. Takes and returns a static-shape
     ONNX model without subgraphs; one whose shapes cannot be inferred is left alone."""
-    import onnx
-
-    graph = model.graph
-    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for node in graph.node for attribute in node.attribute):
-        return False
-    if not {"Sub", "Sigmoid", "Tanh"} <= {node.op_type for node in graph.node}:
-        return False  # no cell to find: skip shape inference
-    try:
-        shapes = inferred_shapes(model)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+    shapes = shapes_if_any(model, {"Sub", "Sigmoid", "Tanh"})
+    if shapes is None:
         return False
     rewriter = _GruRewriter(model, shapes)
     segments = rewriter.segments()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy
 
-from exirc.runtime.xnnpack.onnx_recurrent import GraphIndex, Shape, axis_of
+from exirc.runtime.xnnpack.onnx_recurrent import GraphIndex, Shape, axis_of, segments_of_chains
 
 if TYPE_CHECKING:
     from onnx import NodeProto
@@ -84,20 +84,7 @@ class GruMatcher(GraphIndex):
             if previous is not None and cell.weight is not None:
                 cell.previous = previous
                 successors.setdefault(id(previous), []).append(cell)
-        segments = []
-        for head in cells:
-            if head.previous is not None and len(successors[id(head.previous)]) == 1:
-                continue  # not the first of its chain
-            chain = [head]
-            while len(successors.get(id(chain[-1]), [])) == 1:
-                chain.append(successors[id(chain[-1])][0])
-            start = 0
-            while start < len(chain):
-                segment = self._segment(chain, start)
-                start += len(segment.cells) if segment else 1
-                if segment:
-                    segments.append(segment)
-        return segments
+        return segments_of_chains(cells, successors, self._segment)
 
     def _segment(self, chain: list[GruCell], start: int) -> GruSegment | None:
         """The longest segment of `chain` from `start` on (None if that cell cannot

@@ -5,7 +5,7 @@
 with W a permutation matrix that only puts the gates in ONNX's order. The node
 then spends a GEMM multiplying by that permutation, and the projection costs
 two or three nodes more (a MatMul, its bias Add, the Reshapes onnxruntime puts
-around a Gemm). `fold_lstm_input_projections` takes a static-shape ONNX model
+around a Gemm). `fold_recurrent_input_projections` takes a static-shape ONNX model
 without subgraphs and rewrites its graph in place: an LSTM node whose
 
     X = Add(MatMul(x, P), b)   or   X = MatMul(x, P)
@@ -46,7 +46,7 @@ no coupled input-forget gate, time-major layout (a GRU's reset either way: the
 input projection is outside it)."""
 
 
-def fold_lstm_input_projections(model: ModelProto) -> int:
+def fold_recurrent_input_projections(model: ModelProto) -> int:
     """Fold each foldable LSTM or GRU input projection of `model` (module docstring) into
     its node, in place; how many were folded."""
     import onnx

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy
 
+from exirc.runtime.xnnpack.onnx_recurrent import GraphIndex, segments_of_chains
+
 if TYPE_CHECKING:
-    from onnx import ModelProto, NodeProto
+    from onnx import NodeProto
 
 Shape = tuple[int, ...]
 _ACTIVATIONS = ("Sigmoid", "Tanh")
@@ -65,34 +67,8 @@ class Segment:
     outputs: list[str] = field(default_factory=lambda: ["", "", ""])  # Y, Y_h, Y_c
 
 
-class LstmMatcher:
+class LstmMatcher(GraphIndex):
     """The graph's nodes and who makes and reads each value; finds the segments."""
-
-    def __init__(self, model: ModelProto, shapes: dict[str, Shape]) -> None:
-        import onnx
-
-        self.onnx = onnx
-        self.graph = model.graph
-        self.shapes = shapes
-        self.nodes = list(self.graph.node)
-        self.initializers = {t.name: t for t in self.graph.initializer}
-        self.outputs = {o.name for o in self.graph.output}
-        self.producer: dict[str, NodeProto] = {}
-        self.read_by: dict[str, list[NodeProto]] = {}
-        for node in self.nodes:
-            for name in node.input:
-                self.read_by.setdefault(name, []).append(node)
-            for name in node.output:
-                self.producer[name] = node
-
-    def sole_reader(self, name: str) -> NodeProto | None:
-        """The one node reading `name` (in one slot), unless it is a graph output."""
-        readers = self.read_by.get(name, [])
-        return readers[0] if len(readers) == 1 and name not in self.outputs else None
-
-    def constant(self, name: str) -> numpy.ndarray | None:
-        tensor = self.initializers.get(name)
-        return None if tensor is None else self.onnx.numpy_helper.to_array(tensor)
 
     # -- matching -------------------------------------------------------------------
 
@@ -233,20 +209,7 @@ class LstmMatcher:
             if previous is not None and previous.c == cell.c_prev:
                 cell.previous = previous
                 successors.setdefault(id(previous), []).append(cell)
-        segments = []
-        for head in cells:
-            if head.previous is not None and len(successors[id(head.previous)]) == 1:
-                continue  # not the first of its chain
-            chain = [head]
-            while len(successors.get(id(chain[-1]), [])) == 1:
-                chain.append(successors[id(chain[-1])][0])
-            start = 0
-            while start < len(chain):
-                segment = self._segment(chain, start)
-                start += len(segment.cells) if segment else 1
-                if segment:
-                    segments.append(segment)
-        return segments
+        return segments_of_chains(cells, successors, self._segment)
 
     def _segment(self, chain: list[Cell], start: int) -> Segment | None:
         """The longest segment of `chain` from `start` on (None if that cell cannot

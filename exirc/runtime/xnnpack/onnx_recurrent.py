@@ -12,7 +12,7 @@ static-shape ONNX model without subgraphs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -220,6 +220,47 @@ class RecurrentRewriter(GraphIndex):
             else:
                 parts.append(name)
         return parts
+
+
+def shapes_if_any(model: ModelProto, needed: set[str]) -> dict[str, Shape] | None:
+    """The inferred shapes of `model` if it has every op type in `needed` (a cell
+    needs them all), no subgraphs (readers inside them would not be counted) and
+    shapes inference can tell; else None (and no time spent inferring)."""
+    import onnx
+
+    from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
+
+    graph = model.graph
+    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for node in graph.node for attribute in node.attribute):
+        return None
+    if not needed <= {node.op_type for node in graph.node}:
+        return None
+    try:
+        return inferred_shapes(model)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        return None
+
+
+def segments_of_chains(cells: Sequence[Any], successors: dict[int, list[Any]],
+                       segment: Callable[[list[Any], int], Any]) -> list[Any]:
+    """Cells linked into chains (each cell's `previous`, each cell's followers in
+    `successors` by id) cut into segments: from each chain's head, `segment(chain,
+    start)` gives the longest segment from `start` (None: that cell starts none)."""
+    segments = []
+    for head in cells:
+        if head.previous is not None and len(successors[id(head.previous)]) == 1:
+            continue  # not the first of its chain
+        chain = [head]
+        while len(successors.get(id(chain[-1]), [])) == 1:
+            chain.append(successors[id(chain[-1])][0])
+        start = 0
+        while start < len(chain):
+            found = segment(chain, start)
+            start += len(found.cells) if found else 1
+            if found:
+                segments.append(found)
+    return segments
 
 
 def axis_of(node: Any) -> int:
