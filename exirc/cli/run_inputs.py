@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from exirc.errors import UsageError
 
 if TYPE_CHECKING:
-    import numpy
     import torch
 
     from exirc.runtime.inputs import InputSpec
@@ -44,6 +43,7 @@ def read_inputs(method: Method, paths: tuple[str, ...]) -> Sequence[Any] | dict[
 
 def _expected_array(spec: InputSpec) -> ExpectedArray:
     """What the file of input `spec` must hold, as its .npy header will say it."""
+    from exirc.runtime.arenas import numpy_dtype
     from exirc.serialize.npy_expected import ExpectedArray
 
     signature = spec.describe()
@@ -51,17 +51,7 @@ def _expected_array(spec: InputSpec) -> ExpectedArray:
         kinds = {"int": "iu", "float": "iuf", "bool": "b"}.get(spec.kind, "")
         return ExpectedArray(spec.name, signature, (), kinds=kinds)
     return ExpectedArray(spec.name, signature, spec.shape, at_most=spec.dynamic,
-                         dtype=_numpy_dtype(spec.dtype), symbol_dims=spec.symbol_dims)
-
-
-def _numpy_dtype(dtype: torch.dtype) -> numpy.dtype[Any] | None:
-    """numpy's equal of `dtype`; None for those numpy lacks (bfloat16, float8, bits16)."""
-    import torch
-
-    try:
-        return torch.empty(0, dtype=dtype).numpy().dtype
-    except (TypeError, RuntimeError):
-        return None
+                         dtype=numpy_dtype(spec.dtype), symbol_dims=spec.symbol_dims)
 
 
 def make_random_inputs(method: Method, seed: int,

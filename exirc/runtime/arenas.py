@@ -17,8 +17,10 @@ that storage cannot grow. A kernel asked to write more than the plan allows
 from __future__ import annotations
 
 import array
+import functools
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy
 import torch
@@ -67,6 +69,16 @@ def torch_dtype(scalar_type: P.ScalarType, where: str) -> torch.dtype:
             f"{where} has element type {scalar_type.short_name}, which the interpreter "
             "cannot run", hint="quantized element types are not supported; use int8 tensors")
     return dtype
+
+
+@functools.cache
+def numpy_dtype(dtype: torch.dtype) -> numpy.dtype[Any] | None:
+    """numpy's equal of `dtype`; None for those numpy lacks (bfloat16, float8, bits16).
+    Asked of an empty tensor: `numpy()` makes a storage unresizable for good."""
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return None
 
 
 def strides(sizes: list[int], dim_order: list[int]) -> list[int]:

@@ -17,7 +17,6 @@ mlp and 4.5 us an output on bert; the view and the check cost about a third.
 from __future__ import annotations
 
 import ctypes
-import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 import torch
 
+from exirc.runtime.arenas import numpy_dtype
 from exirc.runtime.inputs import within_storage
 from exirc.runtime.xnnpack.onnx_engine import Binding, session_for_threads
 
@@ -169,13 +169,6 @@ def _free_counts() -> tuple[int, int]:
 
 
 _FREE = _free_counts()
-
-
-@functools.cache
-def numpy_dtype(dtype: torch.dtype) -> Any:
-    """The numpy dtype onnxruntime binds a torch dtype's memory as (asked of an
-    empty tensor: `numpy()` makes a storage unresizable, so never of a caller's)."""
-    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 FLOOR = "least_embedding_index"

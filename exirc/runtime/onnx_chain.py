@@ -48,7 +48,7 @@ from exirc.runtime.fused_chain import (
     why_no_delegate,
 )
 from exirc.runtime.kernels import Kernel
-from exirc.runtime.onnx_chain_arith import MORE_TRANSLATORS
+from exirc.runtime.onnx_chain_arith import ARITHMETIC
 from exirc.runtime.onnx_chain_moves import MOVES
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.onnx_softmax_guard import simplify_bool_reductions
@@ -59,6 +59,7 @@ from exirc.serialize import program as P
 
 OPSET = 20  # as the delegates' ONNX forms (onnx_graph.OPSET)
 IR_VERSION = 10
+_TRANSLATORS = {**TRANSLATORS, **ARITHMETIC, **MOVES}  # every kernel with an ONNX form
 
 
 def _span(tensor: torch.Tensor) -> tuple[int, int]:
@@ -87,6 +88,8 @@ def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
                                                    backends)
     except NotMapped as reason:
         return None, kernel_by_kernel(str(reason))
+    except Exception as error:  # noqa: BLE001 (a chain no translator foresaw: the kernels check it)
+        return None, kernel_by_kernel(f"building it failed: {type(error).__name__}: {error}")
     try:
         fused.session()
     except Exception as error:  # noqa: BLE001 (onnxruntime refusing the model: run kernel by kernel)
@@ -148,9 +151,7 @@ class _Builder:
         return [None if item == -1 else item for item in meta.items]
 
     def constant(self, value: int) -> torch.Tensor:
-        meta = self.plan.values[value] if 0 <= value < len(self.plan.values) else None
-        if not isinstance(meta, P.Tensor) or not meta.data_buffer_idx or \
-                meta.allocation_info is not None:
+        if not self._is_constant(value):
             raise NotMapped(f"value {value} is not a constant")
         return self.tensor(value)
 
@@ -201,8 +202,7 @@ class _Builder:
         return self._finish(len(instructions))
 
     def _kernel(self, position: int, kernel: Kernel, args: list[int]) -> None:
-        translate = TRANSLATORS.get(kernel.name) or MORE_TRANSLATORS.get(kernel.name) or \
-            MOVES.get(kernel.name)
+        translate = _TRANSLATORS.get(kernel.name)
         parameters = kernel.schema.arguments
         outs = [i for i, p in enumerate(parameters) if p.is_out]
         # An out-variant call lists its arguments, then its result: the out tensor again.
@@ -316,11 +316,12 @@ class _Builder:
         else:
             for source in dict.fromkeys(self.plan.inputs):
                 meta = self.plan.values[source]
-                if isinstance(meta, P.Tensor) and meta.allocation_info is not None and \
-                        isinstance(self.env[source], torch.Tensor) and \
-                        self._covers(source, _span(self.tensor(source)), value, span):
+                if not isinstance(meta, P.Tensor) or meta.allocation_info is None:
+                    continue  # a scalar, or read where the caller has it
+                source_span = _span(self.tensor(source))
+                if self._covers(source, source_span, value, span):
                     self._reads(source)
-                    self._view(value, source, _span(self.tensor(source)), span)
+                    self._view(value, source, source_span, span)
                     return
         raise NotMapped(f"value {value} is read, but no instruction of the chain wrote it")
 
@@ -369,8 +370,7 @@ class _Builder:
         floor = None
         if self.floors:
             self.least_index()
-            graph_outputs.append(helper.make_tensor_value_info(FLOOR, ONNX_TYPES[torch.int64],
-                                                               []))
+            graph_outputs.append(helper.make_tensor_value_info(FLOOR, ONNX_TYPES[torch.int64], []))
             floor = torch.zeros((), dtype=torch.int64)
         graph = helper.make_graph(self.nodes, "exirc_chain",
                                   [declare(v) for v in method_inputs + constants],

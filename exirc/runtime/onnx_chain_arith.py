@@ -17,8 +17,8 @@ for anything else:
   integer tensors (of mixed dtypes too: each cast to the dtype torch's
   promotion picks, as torch casts them): Add/Sub/Mul. Integers wrap around as
   torch's do; a float32 sum or product is one IEEE operation either way.
-- comparisons (ge/gt/le/lt with a scalar; eq/ne/ge/gt/le/lt of two tensors)
-  without promotion: Greater, Less, ..., exact.
+- comparisons (eq/ne/ge/gt/le/lt of a tensor with a scalar of its kind or with
+  a tensor of its dtype) without promotion: Equal, Greater, Less, ..., exact.
 - cumsum of an integer tensor in its own dtype or in int64 (torch's default
   for integers): a Cast to int64 where needed, and CumSum; exact (sums of
   integers do not depend on their order).
@@ -67,9 +67,9 @@ def expand_copy(e: Emitter, args: list[int]) -> None:
            [e.name(out)])
 
 
-def _integer_operands(e: Emitter, args: list[int], alpha_at: int | None,
+def _arithmetic_operands(e: Emitter, args: list[int], alpha_at: int | None,
                       scalar: bool) -> tuple[str, str]:
-    """The two operand names of an integer add/sub/mul, checked (module docstring)."""
+    """The two operand names of an add/sub/mul, checked (module docstring)."""
     first, out = e.tensor(args[0]), e.tensor(args[-1])
     if alpha_at is not None and e.scalar(args[alpha_at]) != 1:
         raise NotMapped("an alpha other than 1")
@@ -91,9 +91,9 @@ def _integer_operands(e: Emitter, args: list[int], alpha_at: int | None,
     return names[0], names[1]
 
 
-def _integer_arithmetic(op_type: str, alpha_at: int | None, scalar: bool) -> Translator:
+def _arithmetic(op_type: str, alpha_at: int | None, scalar: bool) -> Translator:
     def translate(e: Emitter, args: list[int]) -> None:
-        e.node(op_type, list(_integer_operands(e, args, alpha_at, scalar)), [e.name(args[-1])])
+        e.node(op_type, list(_arithmetic_operands(e, args, alpha_at, scalar)), [e.name(args[-1])])
     return translate
 
 
@@ -206,18 +206,18 @@ def log_softmax(e: Emitter, args: list[int]) -> None:
 _COMPARISONS = {"eq": "Equal", "ne": "NotEqual", "ge": "GreaterOrEqual", "gt": "Greater",
                 "le": "LessOrEqual", "lt": "Less"}
 
-MORE_TRANSLATORS: dict[str, Translator] = {
+ARITHMETIC: dict[str, Translator] = {
     **{f"aten::{name}.Tensor_out": _comparison(op, scalar=False)
        for name, op in _COMPARISONS.items()},
     **{f"aten::{name}.Scalar_out": _comparison(op, scalar=True)
-       for name, op in _COMPARISONS.items() if name not in ("eq", "ne")},  # onnx_chain_ops
+       for name, op in _COMPARISONS.items()},
     "aten::expand_copy.out": expand_copy,
-    "aten::add.out": _integer_arithmetic("Add", 2, scalar=False),
-    "aten::sub.out": _integer_arithmetic("Sub", 2, scalar=False),
-    "aten::mul.out": _integer_arithmetic("Mul", None, scalar=False),
-    "aten::add.Scalar_out": _integer_arithmetic("Add", 2, scalar=True),
-    "aten::sub.Scalar_out": _integer_arithmetic("Sub", 2, scalar=True),
-    "aten::mul.Scalar_out": _integer_arithmetic("Mul", None, scalar=True),
+    "aten::add.out": _arithmetic("Add", 2, scalar=False),
+    "aten::sub.out": _arithmetic("Sub", 2, scalar=False),
+    "aten::mul.out": _arithmetic("Mul", None, scalar=False),
+    "aten::add.Scalar_out": _arithmetic("Add", 2, scalar=True),
+    "aten::sub.Scalar_out": _arithmetic("Sub", 2, scalar=True),
+    "aten::mul.Scalar_out": _arithmetic("Mul", None, scalar=True),
     "aten::cumsum.out": cumsum,
     "aten::arange.out": arange,
     "aten::arange.start_out": arange,

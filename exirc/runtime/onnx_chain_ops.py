@@ -13,9 +13,10 @@ Exactness, kernel by kernel:
   torch raises, so the chain also outputs its least index (`Fusion.floors`):
   a negative one makes the run fall back to the kernels, which raise. An
   index past the end makes onnxruntime fail, with the same fallback.
-- eq/ne with a scalar: compared in the tensor's own dtype, as torch does when
-  the scalar is of the tensor's kind (a float with a float tensor, an int
-  with an integer one); other mixes are refused (torch would promote).
+- comparisons (`onnx_chain_arith`) with a scalar: compared in the tensor's own
+  dtype, as torch does when the scalar is of the tensor's kind (a float with a
+  float tensor, an int with an integer one); other mixes are refused (torch
+  would promote).
 - any/all over non-empty dims of a bool tensor: ReduceMax/ReduceMin of the bools
   themselves (opset 18+; over an empty dim they would differ, so it is refused).
 - where, logical_not, logical/bitwise and/or on bool: Where, Not, And, Or.
@@ -98,19 +99,6 @@ def _scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndar
     if dtype in (torch.float32, torch.float64) and isinstance(scalar, float):
         return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
     raise NotMapped(f"a {type(scalar).__name__} scalar with a {dtype} tensor is promoted")
-
-
-def _compare_scalar(negate: bool) -> Translator:
-    def translate(e: Emitter, args: list[int]) -> None:
-        tensor, out = e.tensor(args[0]), args[-1]
-        scalar = _scalar_of_kind(e, tensor, e.scalar(args[1]))
-        _bool(e, out)
-        _same_shape(e, out, tensor.shape)
-        equal = e.node("Equal", [e.name(args[0]), e.array("scalar", scalar)],
-                       None if negate else [e.name(out)])
-        if negate:
-            e.node("Not", [equal], [e.name(out)])
-    return translate
 
 
 def logical_not(e: Emitter, args: list[int]) -> None:
@@ -233,8 +221,6 @@ ONNX_TYPES: dict[torch.dtype, int] = {
 
 TRANSLATORS: dict[str, Translator] = {
     "aten::embedding.out": embedding,
-    "aten::eq.Scalar_out": _compare_scalar(negate=False),
-    "aten::ne.Scalar_out": _compare_scalar(negate=True),
     "aten::logical_not.out": logical_not,
     "aten::logical_and.out": _binary_bool("And"),
     "aten::logical_or.out": _binary_bool("Or"),

@@ -254,3 +254,21 @@ def test_inputs_are_read_where_the_caller_has_them_whatever_it_does_to_them() ->
     returned = method.run([y])[1]
     returned.add_(1)  # an output is the method's own copy, never the caller's tensor
     assert not torch.equal(returned, y)
+
+
+def test_a_translator_failing_unforeseen_leaves_the_method_kernel_by_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A chain no translator foresaw (a hostile file's, say) must not fail the load
+    # with a raw exception: the kernels, which check every argument, run it.
+    from exirc.runtime import onnx_chain
+
+    def unforeseen(e: object, args: list[int]) -> None:
+        raise ValueError("a shape no translator expected")
+    monkeypatch.setitem(onnx_chain._TRANSLATORS, "aten::embedding.out", unforeseen)
+    model = ZOO["embedding_classifier"]
+    method = forward("embedding_classifier")
+    assert method._fused is None
+    assert method.execution == ("instruction by instruction (not fused: building it failed: "
+                                "ValueError: a shape no translator expected)")
+    torch.testing.assert_close(flatten_outputs(method.run(list(model.inputs()))),
+                               model.reference_outputs(), rtol=model.rtol, atol=model.atol)

@@ -59,16 +59,18 @@ def test_a_flip_between_delegates_is_a_slice_of_the_chain(dims: tuple[int, ...])
 
 
 class Tagger(nn.Module):
-    """Embedding, a bidirectional LSTM, a Linear: a BiLSTM tagger."""
+    """Embedding, a bidirectional recurrent layer (LSTM or GRU), a Linear."""
 
-    def __init__(self, layers: int, batch_first: bool) -> None:
+    def __init__(self, layers: int, batch_first: bool,
+                 recurrent: type[nn.LSTM | nn.GRU] = nn.LSTM) -> None:
         super().__init__()
         self.embed = nn.Embedding(50, 8)
-        self.lstm = nn.LSTM(8, 6, num_layers=layers, bidirectional=True, batch_first=batch_first)
+        self.recurrent = recurrent(8, 6, num_layers=layers, bidirectional=True,
+                                   batch_first=batch_first)
         self.out = nn.Linear(12, 5)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.out(self.lstm(self.embed(tokens))[0])
+        return self.out(self.recurrent(self.embed(tokens))[0])
 
 
 @pytest.mark.parametrize(("layers", "batch_first"), [(1, True), (2, False)],

@@ -14,24 +14,21 @@ per step left."""
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Callable
 
 import pytest
 import torch
 from torch import nn
 
-from exirc.compiler import CompileOptions, compile_module
-from exirc.runtime import load
+from tests.runtime.test_onnx_chain_flip_lstm import Tagger, fused
 from tests.runtime.test_xnnpack_onnx_fusions import (  # noqa: F401 (onnx_ops: a fixture)
     onnx_ops,
 )
 from tests.runtime.test_xnnpack_onnx_lstm import ops_compiled_against_eager
 
-onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-RTOL, ATOL = 1e-4, 1e-5  # the conformance zoo's (tests/models/zoo.py)
 
 
 class Layer(nn.Module):
@@ -151,33 +148,11 @@ def test_gru_layers_are_gru_nodes_with_eager_answers(
         assert "Sigmoid" in ops, ops  # the cells are still there, step by step
 
 
-class Tagger(nn.Module):
-    """Embedding, a bidirectional GRU, a Linear: a BiGRU tagger."""
-
-    def __init__(self, layers: int) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(50, 8)
-        self.gru = nn.GRU(8, 6, num_layers=layers, bidirectional=True, batch_first=True)
-        self.out = nn.Linear(12, 5)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.out(self.gru(self.embed(tokens))[0])
-
-
 @pytest.mark.parametrize("layers", [1, 2])
 def test_a_bidirectional_gru_tagger_is_one_chain_of_gru_nodes(layers: int) -> None:
     torch.manual_seed(0)
-    model, tokens = Tagger(layers).eval(), torch.randint(0, 50, (2, 7))
-    data = compile_module(model, [tokens], options=CompileOptions(target="xnnpack")).data
-    method = load(data).method("forward")
-    assert method._fused is not None, "the chain was expected to fuse"
-    got = method.run([tokens])
-    kernels = method.run([tokens], observer=lambda chain, index: None)  # kernel by kernel
-    with torch.no_grad():
-        expected = model(tokens)
-    torch.testing.assert_close(got[0], expected, rtol=RTOL, atol=ATOL)
-    torch.testing.assert_close(got[0], kernels[0], rtol=RTOL, atol=ATOL)
-    ops = Counter(node.op_type for node in onnx.load_from_string(method._fused.model).graph.node)
+    # `fused` checks the answers against the kernel-by-kernel run's and eager's.
+    _, ops = fused(Tagger(layers, True, nn.GRU).eval(), [torch.randint(0, 50, (2, 7))])
     assert ops["GRU"] == 2 * layers, ops
     assert ops["MatMul"] == 1, ops  # the output Linear's: every projection is in its node
     assert ops["Gather"] == 1, ops  # the embedding's: no step is gathered from a Y

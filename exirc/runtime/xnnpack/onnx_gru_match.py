@@ -27,14 +27,20 @@ from typing import TYPE_CHECKING
 
 import numpy
 
-from exirc.runtime.xnnpack.onnx_recurrent import GraphIndex, Shape, axis_of, segments_of_chains
+from exirc.runtime.xnnpack.onnx_recurrent import (
+    GraphIndex,
+    Shape,
+    StepShape,
+    axis_of,
+    segments_of_chains,
+)
 
 if TYPE_CHECKING:
     from onnx import NodeProto
 
 
 @dataclass
-class GruCell:
+class GruCell(StepShape):
     """One matched step. Gates are in ONNX's order (z, r, n): `x_order` gives
     the chunk of x_t holding each; `weight` ([3H, H], ONNX's R) and `rows`
     ([B, 3H], the constant part of the recurrent gates per batch row) are already
@@ -49,14 +55,6 @@ class GruCell:
     weight: numpy.ndarray | None  # None: no h_prev @ Wr term (h0 = 0 folded)
     rows: numpy.ndarray
     previous: GruCell | None = None
-
-    @property
-    def width(self) -> int:
-        return self.shape[-1]
-
-    @property
-    def batch(self) -> int:
-        return prod(self.shape) // self.width
 
 
 @dataclass

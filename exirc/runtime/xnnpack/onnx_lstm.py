@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy
 
-from exirc.runtime.xnnpack.onnx_lstm_match import LstmMatcher, Segment, Shape
-from exirc.runtime.xnnpack.onnx_recurrent import RecurrentRewriter, shapes_if_any
+from exirc.runtime.xnnpack.onnx_lstm_match import LstmMatcher, Segment
+from exirc.runtime.xnnpack.onnx_recurrent import RecurrentRewriter, Shape, shapes_if_any
 
 if TYPE_CHECKING:
     from onnx import ModelProto

@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING
 
 import numpy
 
-from exirc.runtime.xnnpack.onnx_recurrent import GraphIndex, segments_of_chains
+from exirc.runtime.xnnpack.onnx_recurrent import GraphIndex, Shape, StepShape, segments_of_chains
 
 if TYPE_CHECKING:
     from onnx import NodeProto
 
-Shape = tuple[int, ...]
 _ACTIVATIONS = ("Sigmoid", "Tanh")
 _MUL_FC, _TANH_C, _BODY = 7, 8, 10  # `Cell.body`: split, 4 activations, i*g, c, f*c, tanh, h
 
 
 @dataclass
-class Cell:
+class Cell(StepShape):
     """One matched step. `order`: the gates' chunk index of ONNX's i, o, f, c."""
 
     gates: str
@@ -46,14 +45,6 @@ class Cell:
     weight: numpy.ndarray | None = None  # [H, 4H]
     rows: numpy.ndarray | None = None  # the constant terms per batch row, [B, 4H]
     previous: Cell | None = None
-
-    @property
-    def width(self) -> int:
-        return self.shape[-1]
-
-    @property
-    def batch(self) -> int:
-        return prod(self.shape) // self.width
 
 
 @dataclass

@@ -18,10 +18,26 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy
 
+from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
+
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
 
 Shape = tuple[int, ...]
+
+
+class StepShape:
+    """A matched step's `width` (H) and `batch` (B), from `shape`: its h's [.., H]."""
+
+    shape: Shape
+
+    @property
+    def width(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def batch(self) -> int:
+        return prod(self.shape) // self.width
 
 
 class StepLike(Protocol):
@@ -227,8 +243,6 @@ def shapes_if_any(model: ModelProto, needed: set[str]) -> dict[str, Shape] | Non
     needs them all), no subgraphs (readers inside them would not be counted) and
     shapes inference can tell; else None (and no time spent inferring)."""
     import onnx
-
-    from exirc.runtime.xnnpack.onnx_reshapes import inferred_shapes
 
     graph = model.graph
     if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
