@@ -33,6 +33,7 @@ Profiled and observed runs always go kernel by kernel.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,7 @@ from exirc.runtime.fused_chain import (
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_arith import ARITHMETIC
 from exirc.runtime.onnx_chain_moves import MOVES
+from exirc.runtime.onnx_chain_norms import NORMS
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.onnx_chain_values import ChainValues
 from exirc.runtime.onnx_softmax_guard import simplify_bool_reductions
@@ -60,7 +62,7 @@ from exirc.serialize import program as P
 
 OPSET = 20  # as the delegates' ONNX forms (onnx_graph.OPSET)
 IR_VERSION = 10
-_TRANSLATORS = {**TRANSLATORS, **ARITHMETIC, **MOVES}  # every kernel with an ONNX form
+_TRANSLATORS = {**TRANSLATORS, **ARITHMETIC, **MOVES, **NORMS}  # every kernel with an ONNX form
 
 
 def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
@@ -163,30 +165,52 @@ class _Builder(ChainValues):
         translate = _TRANSLATORS.get(kernel.name)
         parameters = kernel.schema.arguments
         outs = [i for i, p in enumerate(parameters) if p.is_out]
-        # An out-variant call lists its arguments, then its result: the out tensor again.
-        if translate is None or len(outs) != 1 or len(args) != len(parameters) + 1 or \
-                args[outs[0]] != args[-1]:
+        written = self._results(outs, args, len(parameters))
+        if translate is None or written is None:
             raise NotMapped(f"instruction {position}: {kernel.name} has no ONNX form here")
         for i, value in enumerate(args[:len(parameters)]):
             if i not in outs:
                 self._reads(value)
         translate(self, list(args[:len(parameters)]))
-        self._writes(args[-1])
+        for value in written:
+            self._writes(value)
+
+    def _results(self, outs: list[int], args: list[int], count: int) -> list[int] | None:
+        """The tensors an out-variant call writes, or None when its arguments are not
+        laid out as one: its `count` arguments, then its result, which is the out
+        tensor again, or a list of the outs (several outs, or one list out)."""
+        if not outs or len(args) != count + 1:
+            return None
+        written: list[int] = []
+        for i in outs:
+            items = self.items(args[i])
+            if items is not None and None in items:
+                return None  # an optional out left empty
+            written += [args[i]] if items is None else [item for item in items if item is not None]
+        result = args[-1]
+        if len(outs) == 1 and result == args[outs[0]]:
+            return written
+        return written if self.items(result) == written else None
 
     def _delegate(self, position: int, handle: OnnxDelegate, args: list[int]) -> None:
         model = self.onnx.load_model_from_string(handle.model)
         graph = model.graph
+        prefix = f"d{position}/"
         renamed: dict[str, str] = {"": ""}
+        reshaped: list[tuple[str, int]] = []  # outputs the delegate writes in other dims
         for name, external in zip(handle.input_names, handle.inputs):
             value = args[external.arg]
-            self._check_dims(value, external.dims)
             self._reads(value)
             renamed[name] = self.name(value)
+            if self._in_other_dims(value, external.dims):
+                renamed[name] = self.node("Reshape", [self.name(value), self.array(
+                    "dims", numpy.asarray(external.dims, numpy.int64))])
         for name, external in zip(handle.output_names, handle.outputs):
             value = args[external.arg]
-            self._check_dims(value, external.dims)
-            renamed[name] = self.name(value)
-        prefix = f"d{position}/"
+            if self._in_other_dims(value, external.dims):
+                reshaped.append((prefix + name, value))
+            else:
+                renamed[name] = self.name(value)
 
         def rename(name: str) -> str:
             return renamed.get(name, prefix + name)
@@ -199,13 +223,19 @@ class _Builder(ChainValues):
             node.output[:] = [rename(n) for n in node.output]
             node.name = prefix + node.name if node.name else ""
             self.nodes.append(node)
+        for name, value in reshaped:
+            self.node("Reshape", [name, self.array("shape", numpy.asarray(
+                self.tensor(value).shape, numpy.int64))], [self.name(value)])
         for external in handle.outputs:
             self._writes(args[external.arg])
 
-    def _check_dims(self, value: int, dims: tuple[int, ...]) -> None:
+    def _in_other_dims(self, value: int, dims: tuple[int, ...]) -> bool:
+        """Whether the delegate sees float32 `value` in other dims of the same elements
+        (ExecuTorch binds a 0-d tensor to a delegate's [1], as XNNPACK reads bytes)."""
         tensor = self.tensor(value)
-        if tuple(tensor.shape) != tuple(dims) or tensor.dtype != torch.float32:
+        if tensor.dtype != torch.float32 or tensor.numel() != math.prod(dims):
             raise NotMapped(f"value {value} is {tuple(tensor.shape)}, the delegate's {dims}")
+        return tuple(tensor.shape) != tuple(dims)
 
     def _finish(self, length: int) -> FusedChain:
         helper = self.onnx.helper

@@ -126,12 +126,14 @@ def cumsum(e: Emitter, args: list[int]) -> None:
     dim, dtype = e.scalar(args[1]), e.scalar(args[2])
     rank, dims = source.dim(), max(source.dim(), 1)  # a 0-d tensor takes dim 0 or -1
     target = e.tensor(out).dtype
-    if source.dtype not in INTEGER_DTYPES or target not in (source.dtype, torch.int64) or \
-            dtype is not None or not isinstance(dim, int) or not -dims <= dim < dims:
+    counted = source.dtype == torch.bool and target == torch.int64  # a count of trues
+    if (source.dtype not in INTEGER_DTYPES and not counted) or \
+            target not in (source.dtype, torch.int64) or dtype is not None or \
+            not isinstance(dim, int) or not -dims <= dim < dims:
         raise NotMapped(f"a cumsum of {source.dtype} into {target} over {dim!r}")
     _same_shape(e, out, source.shape)
     values = e.name(args[0])
-    if target != source.dtype:  # torch sums in the out's dtype (int64 for any integer)
+    if target != source.dtype:  # torch sums in the out's dtype (int64 for any integer or bool)
         values = e.node("Cast", [values], to=ONNX_TYPES[target])
     if rank == 0:
         e.node("Identity", [values], [e.name(out)])
@@ -191,6 +193,27 @@ def dim_order_copy(e: Emitter, args: list[int]) -> None:
     e.node("Identity", [e.name(args[0])], [e.name(args[-1])])
 
 
+def pow_scalar(e: Emitter, args: list[int]) -> None:
+    """`pow.Tensor_Scalar_out(x, n)` of float32 for the exponents torch's kernel computes
+    as products and a reciprocal (2, 3, -1, -2: x*x, x*x*x, 1/x, 1/(x*x)), the same
+    nodes in the same order; any other exponent goes through pow, whose rounding the
+    session's Pow need not share, and is refused."""
+    source, out, exponent = e.tensor(args[0]), args[-1], e.scalar(args[1])
+    if source.dtype != torch.float32 or e.tensor(out).dtype != torch.float32 or \
+            isinstance(exponent, bool) or exponent not in (2, 3, -1, -2):
+        raise NotMapped(f"x ** {exponent!r} of {source.dtype}")
+    _same_shape(e, out, source.shape)
+    x, result = e.name(args[0]), e.name(out)
+    if exponent == -1:
+        e.node("Reciprocal", [x], [result])
+        return
+    square = e.node("Mul", [x, x], [result] if exponent == 2 else None)
+    if exponent == 3:
+        e.node("Mul", [square, x], [result])
+    elif exponent == -2:
+        e.node("Reciprocal", [square], [result])
+
+
 def log_softmax(e: Emitter, args: list[int]) -> None:
     source, out = e.tensor(args[0]), args[-1]
     dim, half_to_float = e.scalar(args[1]), e.scalar(args[2])
@@ -223,6 +246,7 @@ ARITHMETIC: dict[str, Translator] = {
     "aten::arange.start_out": arange,
     "aten::gather.out": gather,
     "aten::_log_softmax.out": log_softmax,
+    "aten::pow.Tensor_Scalar_out": pow_scalar,
     "dim_order_ops::_to_dim_order_copy.out": dim_order_copy,
     "dim_order_ops::_clone_dim_order.out": dim_order_copy,
 }

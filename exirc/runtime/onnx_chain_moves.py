@@ -23,7 +23,7 @@ from exirc.runtime.onnx_chain_ops import ONNX_TYPES, Emitter, Translator, _same_
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
 
 
-def _meta_result(e: Emitter, op: Any, source: int, *arguments: Any) -> torch.Size:
+def meta_result(e: Emitter, op: Any, source: int, *arguments: Any) -> torch.Size:
     """The shape `op` gives on a meta tensor like value `source`, or NotMapped."""
     tensor = e.tensor(source)
     try:
@@ -46,7 +46,7 @@ def _reshaping(op: Any, scalars: int) -> Translator:
 
     def translate(e: Emitter, args: list[int]) -> None:
         _same_dtype(e, args[0], args[-1])
-        shape = _meta_result(e, op, args[0], *(e.scalar(v) for v in args[1:1 + scalars]))
+        shape = meta_result(e, op, args[0], *(e.scalar(v) for v in args[1:1 + scalars]))
         _same_shape(e, args[-1], shape)
         e.node("Reshape", [e.name(args[0]), e.array("shape", numpy.asarray(shape, numpy.int64))],
                [e.name(args[-1])])
@@ -62,7 +62,7 @@ def clone(e: Emitter, args: list[int]) -> None:
 def permute_copy(e: Emitter, args: list[int]) -> None:
     _same_dtype(e, args[0], args[-1])
     dims = e.scalar(args[1])
-    _same_shape(e, args[-1], _meta_result(e, torch.permute, args[0], dims))
+    _same_shape(e, args[-1], meta_result(e, torch.permute, args[0], dims))
     rank = e.tensor(args[0]).dim()
     e.node("Transpose", [e.name(args[0])], [e.name(args[-1])], perm=[d % rank for d in dims])
 
@@ -97,7 +97,7 @@ def select_copy(e: Emitter, args: list[int]) -> None:
     size = source.shape[dim % rank]
     if not -size <= index < size:
         raise NotMapped(f"index {index} is out of range for a dim of {size} (the kernel raises)")
-    _same_shape(e, args[-1], _meta_result(e, torch.select, args[0], dim, index))
+    _same_shape(e, args[-1], meta_result(e, torch.select, args[0], dim, index))
     e.node("Gather", [e.name(args[0]), e.array("index", numpy.asarray(index % size,
                                                                      numpy.int64))],
            [e.name(args[-1])], axis=dim % rank)
@@ -142,6 +142,11 @@ def full(e: Emitter, args: list[int]) -> None:
     _fill(e, e.scalar(args[0]), e.scalar(args[1]), args[-1])
 
 
+def full_like(e: Emitter, args: list[int]) -> None:
+    """`full_like.out(self, value, memory_format?)`: a fill of the source's shape."""
+    _fill(e, list(e.tensor(args[0]).shape), e.scalar(args[1]), args[-1])
+
+
 def _fill(e: Emitter, size: Any, value: Any, out_value: int) -> None:
     """A constant fill, computed by torch at load."""
     out = e.tensor(out_value)
@@ -164,10 +169,12 @@ MOVES: dict[str, Translator] = {
     "aten::squeeze_copy.dims_out": _reshaping(torch.squeeze, 1),
     "aten::unsqueeze_copy.out": _reshaping(torch.unsqueeze, 1),
     "aten::clone.out": clone,
+    "aten::alias_copy.out": clone,
     "aten::permute_copy.out": permute_copy,
     "aten::slice_copy.Tensor_out": slice_copy,
     "aten::select_copy.int_out": select_copy,
     "aten::cat.out": cat,
     "aten::full.out": full,
+    "aten::full_like.out": full_like,
     "aten::scalar_tensor.out": scalar_tensor,
 }

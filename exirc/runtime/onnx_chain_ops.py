@@ -88,6 +88,9 @@ def embedding(e: Emitter, args: list[int]) -> None:
     e.floor(e.name(args[1]))
 
 
+_EXACT_INTEGERS = {torch.float32: 2 ** 24, torch.float64: 2 ** 53}  # every int up to these
+
+
 def _scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndarray:
     dtype = tensor.dtype
     if dtype == torch.bool and isinstance(scalar, bool):
@@ -97,6 +100,10 @@ def _scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndar
         if info.min <= scalar <= info.max:
             return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
     if dtype in (torch.float32, torch.float64) and isinstance(scalar, float):
+        return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
+    if dtype in (torch.float32, torch.float64) and isinstance(scalar, int) and \
+            not isinstance(scalar, bool) and abs(scalar) <= _EXACT_INTEGERS[dtype]:
+        # exactly a float of the tensor's dtype (x * 2): no rounding for either to differ in
         return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
     raise NotMapped(f"a {type(scalar).__name__} scalar with a {dtype} tensor is promoted")
 
@@ -166,26 +173,55 @@ def to_copy(e: Emitter, args: list[int]) -> None:
 
 
 def index(e: Emitter, args: list[int]) -> None:
-    """x[i0, i1, ...] with every index a constant integer tensor (no None)."""
+    """x[i0, i1, ...] with every index an integer tensor (no None): GatherND over the
+    indices broadcast and stacked; at load when all are constants, else in the chain."""
     source, out = e.tensor(args[0]), args[-1]
     indices = e.items(args[1])
     if not indices or len(indices) > source.dim() or any(i is None for i in indices):
         raise NotMapped("its indices are not all tensors")
-    tensors = [e.constant(i) for i in indices if i is not None]
+    tensors = [e.tensor(i) for i in indices if i is not None]
     if any(t.dtype not in (torch.int32, torch.int64) for t in tensors):
         raise NotMapped("its indices are not integer tensors (a bool mask?)")
     shape = _broadcast(*tensors)
+    _same_shape(e, out, (*shape, *source.shape[len(tensors):]))
+    values = [i for i in indices if i is not None]
+    try:
+        constants = [e.constant(i) for i in values]
+    except NotMapped:  # computed by the chain: stacked by nodes, checked by the session
+        positions = _stacked_in_chain(e, values, shape)
+    else:
+        positions = e.array("index", _stacked_at_load(constants, shape, source.shape))
+    e.node("GatherND", [e.name(args[0]), positions], [e.name(out)])
+
+
+def _stacked_at_load(tensors: list[torch.Tensor], shape: tuple[int, ...],
+                     sizes: torch.Size) -> numpy.ndarray:
+    """Constant indices broadcast, wrapped and stacked (out of range: the kernel raises)."""
     stacked = []
     for dim, t in enumerate(tensors):
-        size = source.shape[dim]
+        size = sizes[dim]
         wide = t.to(torch.int64).expand(shape)
         if bool(((wide < -size) | (wide >= size)).any()):
             raise NotMapped(f"an index is out of range for dim {dim} of size {size}")
         stacked.append(torch.where(wide < 0, wide + size, wide))
-    _same_shape(e, out, (*shape, *source.shape[len(tensors):]))
-    positions = torch.stack(stacked, dim=-1).numpy() if shape else \
+    return torch.stack(stacked, dim=-1).numpy() if shape else \
         numpy.asarray([int(t) for t in stacked], numpy.int64)
-    e.node("GatherND", [e.name(args[0]), e.array("index", positions)], [e.name(out)])
+
+
+def _stacked_in_chain(e: Emitter, values: list[int], shape: tuple[int, ...]) -> str:
+    """Indices broadcast and stacked by nodes. GatherND wraps a negative index and
+    fails on one out of range, as the kernel wraps and raises (the run then goes
+    kernel by kernel, which raises)."""
+    columns = []
+    for value in values:
+        name = e.name(value)
+        if e.tensor(value).dtype != torch.int64:
+            name = e.node("Cast", [name], to=ONNX_TYPES[torch.int64])
+        if tuple(e.tensor(value).shape) != shape:
+            name = e.node("Expand", [name, e.array("shape", numpy.asarray(shape, numpy.int64))])
+        columns.append(e.node("Unsqueeze", [name, e.array("axis", numpy.asarray(
+            [len(shape)], numpy.int64))]))
+    return columns[0] if len(columns) == 1 else e.node("Concat", columns, axis=-1)
 
 
 def flip(e: Emitter, args: list[int]) -> None:

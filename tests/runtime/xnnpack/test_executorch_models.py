@@ -26,6 +26,7 @@ from exirc.cli.app import main
 from exirc.errors import FormatError, InputError, UnsupportedOperatorError
 from exirc.runtime import load
 from exirc.runtime.delegates import BackendInitContext, payload
+from exirc.runtime.fused_chain import FUSED
 from exirc.runtime.xnnpack import XnnpackBackend
 from exirc.runtime.xnnpack.run import execute
 from exirc.serialize.xnnpack import graph as G
@@ -88,6 +89,21 @@ def test_zoo_model_matches_executorch_and_eager(name: str,
                  f"{name} vs ExecuTorch")
     assert_close(ours, eager(model), f"{name} vs eager")
     assert_close(program.run("forward", list(inputs)), ours, f"{name}, second run")
+    method = program.method("forward")
+    if name in KERNEL_BY_KERNEL or importlib.util.find_spec("onnxruntime") is None:
+        return
+    # ExecuTorch's own files run as one session too (LayerNorms, mean pools, the
+    # LSTM gate splits, computed indices, 0-d constants are kernels between delegates).
+    assert method.execution == FUSED, method.execution
+    separate = method.run(list(inputs), observer=lambda chain, index: None)
+    assert_close(ours, separate, f"{name}, fused vs kernel by kernel")
+
+
+KERNEL_BY_KERNEL = {
+    "mlp_dynamic_batch": "dynamic shapes",
+    "activations": "elu: onnxruntime's Elu computes exp(x) - 1, 0 for tiny negative x",
+}
+"""Zoo models whose ExecuTorch files run instruction by instruction, and why."""
 
 
 @pytest.mark.parametrize("name", HALF_MODELS)
