@@ -95,6 +95,26 @@ class ExircRun:
         return lambda: method.run(inputs)
 
 
+class ExircRunOfExecuTorchFile(ExircRun):
+    """ExecuTorch's own XNNPACK-lowered file, run by exirc's runtime: theirs on ours."""
+
+    def __init__(self, module: torch.nn.Module, inputs: Inputs) -> None:
+        if not HAVE_EXECUTORCH:
+            raise EngineUnavailable("ExecuTorch is not installed")
+        from bench.common import executorch_file
+        from exirc.runtime import load
+
+        try:
+            pte = executorch_file(module, inputs, xnnpack=True)
+        except Exception as error:  # ExecuTorch's lowering raises many kinds
+            raise EngineUnavailable(f"ExecuTorch lowering: {_first_line(error)}") from error
+        try:
+            self.program = load(pte)
+        except Exception as error:  # a finding: exirc refuses ExecuTorch's file
+            raise EngineUnavailable(f"exirc load: {_first_line(error)}") from error
+        self.inputs = list(inputs)
+
+
 def exirc_target(target: str) -> EngineFactory:
     """A factory of `ExircRun` engines for `target`."""
     return lambda module, inputs: ExircRun(module, inputs, target)

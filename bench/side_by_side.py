@@ -3,12 +3,14 @@
 For each model of the bench zoo and each thread count (1, and all cores):
 torch eager; exirc's compile for each target (`portable`, `exirc`,
 `xnnpack`) run by exirc's runtime; ExecuTorch's own lowering, portable and
-XNNPACK, run by its runtime; onnxruntime on torch.onnx's export where the
-model exports. Before timing, each engine's outputs are checked against
-eager's (a loose tolerance: the engines order float sums differently); an
-engine whose outputs differ is still timed, but named in `mismatch` and
-left out of every ratio. An engine that cannot run a model (not installed,
-the export or compile fails) gets no time and the reason in `notes`.
+XNNPACK, run by its runtime, and its XNNPACK file run by exirc's runtime
+(`exirc_et_file`: theirs on ours, not counted as an exirc target);
+onnxruntime on torch.onnx's export where the model exports. Before timing,
+each engine's outputs are checked against eager's (a loose tolerance: the
+engines order float sums differently); an engine whose outputs differ is
+still timed, but named in `mismatch` and left out of every ratio. An engine
+that cannot run a model (not installed, the export or compile fails) gets no
+time and the reason in `notes`.
 
 Engines are timed in interleaved rounds (bench/interleave.py), so the load
 of other processes falls on all of them alike; figures are medians, in ms.
@@ -16,8 +18,9 @@ of other processes falls on all of them alike; figures are medians, in ms.
 Ratios are exirc / reference (below 1: exirc is faster): `exirc` names the
 fastest exirc target whose outputs matched, and `vs_eager`, `vs_et_xnnpack`,
 `vs_ort` compare it with each reference. Per thread count, geomean rows give
-the same ratios for the best target and for each target alone, over the
-models where both figures exist, and list the models slower than eager.
+the same ratios for the best target, for each target alone and for
+ExecuTorch's file on exirc (`et_file`), over the models where both figures
+exist, and list the models slower than eager.
 
 Threads: torch's setting covers eager and exirc's runtime (it computes with
 torch); ExecuTorch's threadpool is set too but only its XNNPACK delegates
@@ -45,6 +48,7 @@ from bench.engines import (  # noqa: E402
     Eager,
     EngineFactory,
     EngineUnavailable,
+    ExircRunOfExecuTorchFile,
     Inputs,
     OnnxRuntime,
     Outputs,
@@ -62,6 +66,7 @@ EXIRC_TARGETS = ("portable", "exirc", "xnnpack")
 ENGINES: dict[str, EngineFactory] = {
     "eager": Eager,
     **{f"exirc_{target}": exirc_target(target) for target in EXIRC_TARGETS},
+    "exirc_et_file": ExircRunOfExecuTorchFile,
     "et_portable": executorch_engine(xnnpack=False),
     "et_xnnpack": executorch_engine(xnnpack=True),
     "ort": OnnxRuntime,
@@ -184,7 +189,7 @@ def geomean_rows(rows: Sequence[Row]) -> list[Row]:
     model_rows_only = [r for r in rows if r["bench"] == "side_by_side.model"]
     for threads in sorted({r["threads"] for r in model_rows_only}):
         at = [r for r in model_rows_only if r["threads"] == threads]
-        for variant in ("best", *EXIRC_TARGETS):
+        for variant in ("best", *EXIRC_TARGETS, "et_file"):
             row: Row = {"bench": "side_by_side.geomean", "model": "geomean",
                         "threads": threads, "exirc": variant}
             slower = []

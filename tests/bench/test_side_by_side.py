@@ -13,6 +13,7 @@ import torch
 from bench import side_by_side
 from bench.engines import Eager, Inputs, Runner, exirc_target
 from tests.models.zoo import ZOO
+from tests.oracle import requires_executorch
 
 
 class OffByOne:
@@ -78,3 +79,16 @@ def test_the_bench_zoo_has_the_models_issue_14_names() -> None:
                      "gpt2_lm_head", "bert", "lstm_tagger"]
     squeezenet = side_by_side.bench_models()[3]
     assert squeezenet.reference_outputs()[0].shape == (1, 10)
+
+
+@requires_executorch
+def test_executorch_files_on_exirc_are_their_own_column_not_a_target() -> None:
+    engines = {"eager": Eager, "exirc_portable": exirc_target("portable"),
+               "et_xnnpack": side_by_side.executorch_engine(xnnpack=True),
+               "exirc_et_file": side_by_side.ExircRunOfExecuTorchFile}
+    (row,) = _rows(engines)
+    assert row["mismatch"] is None and row["exirc_et_file_ms"] > 0
+    assert row["exirc"] == "portable"  # theirs on ours is never "the best exirc target"
+    by_variant = {r["exirc"]: r for r in side_by_side.geomean_rows([row])}
+    assert by_variant["et_file"]["vs_et_xnnpack"] == pytest.approx(
+        row["exirc_et_file_ms"] / row["et_xnnpack_ms"])
