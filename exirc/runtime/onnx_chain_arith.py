@@ -13,14 +13,18 @@ for anything else:
 - expand_copy: Expand to the output's shape, once torch's own rules say the
   sizes give that shape (ONNX broadcasts both ways; torch refuses where a
   size of 1 asks to shrink a dim). A copy: exact.
-- add/sub/mul and their scalar forms with alpha 1, on float32 tensors or on
-  integer tensors (of mixed dtypes too: each cast to the dtype torch's
-  promotion picks, as torch casts them): Add/Sub/Mul. Integers wrap around as
-  torch's do; a float32 sum or product is one IEEE operation either way.
+- add/sub/mul and their scalar forms with alpha 1, into float32 or an integer
+  dtype (of mixed dtypes too: each operand cast to the dtype torch's promotion
+  picks, as torch casts it, e.g. an int64 or float64 0-d constant added to a
+  float32 tensor, a bool mask times int64 ids): Add/Sub/Mul. Integers wrap
+  around as torch's do; casts to float32 round to nearest in both; a float32
+  sum or product is one IEEE operation either way.
+- pow of float32 by 2, 3, -1 or -2: the products and reciprocal torch's
+  kernel computes, in its order; other exponents are refused.
 - comparisons (eq/ne/ge/gt/le/lt of a tensor with a scalar of its kind or with
   a tensor of its dtype) without promotion: Equal, Greater, Less, ..., exact.
 - cumsum of an integer tensor in its own dtype or in int64 (torch's default
-  for integers): a Cast to int64 where needed, and CumSum; exact (sums of
+  for integers and bools): a Cast to int64 where needed, and CumSum; exact (sums of
   integers do not depend on their order).
 - arange with constant bounds: its values, computed by torch at load, as a
   constant (the kernel would compute the same numbers every run).
@@ -80,12 +84,14 @@ def _arithmetic_operands(e: Emitter, args: list[int], alpha_at: int | None,
         return e.name(args[0]), e.array("scalar", _scalar_of_kind(e, first, e.scalar(args[1])))
     second = e.tensor(args[1])
     kind = torch.result_type(first, second)  # torch's promotion, 0-d operands' rule included
-    if out.dtype != kind or kind not in (*INTEGER_DTYPES, torch.float32) or (
-            first.dtype != second.dtype and
-            not {first.dtype, second.dtype} <= set(INTEGER_DTYPES)):
+    castable = {*INTEGER_DTYPES, torch.bool} if kind in INTEGER_DTYPES else \
+        {*INTEGER_DTYPES, torch.bool, torch.float32, torch.float64}
+    if out.dtype != kind or kind not in (*INTEGER_DTYPES, torch.float32) or \
+            not {first.dtype, second.dtype} <= castable:
         raise NotMapped(f"{first.dtype} with {second.dtype} into {out.dtype}")
     _same_shape(e, args[-1], _broadcast(first, second))
-    # Integers are cast to the common dtype as torch casts them (two's complement).
+    # Operands are cast to the common dtype first, as torch casts them: integers in
+    # two's complement, to float32 rounded to nearest (x + an int64 0-d constant).
     names = [e.name(v) if e.tensor(v).dtype == kind else
              e.node("Cast", [e.name(v)], to=ONNX_TYPES[kind]) for v in args[:2]]
     return names[0], names[1]

@@ -85,7 +85,8 @@ def test_run_json_outputs_and_latency(add_pte: Path) -> None:
     latency = info["latency_ms"]
     assert latency["min_ms"] <= latency["median_ms"] <= latency["p90_ms"] <= latency["max_ms"]
     assert info["outputs_file"] is None
-    assert info["execution"] == "instruction by instruction (not fused: it has no XNNPACK delegate)"
+    assert info["execution"] == ("instruction by instruction (not fused: no delegate, and 1 "
+                                 "kernel call: fewer than 4 cost less than a session call)")
 
 
 def test_run_json_statistics_are_the_outputs(add_pte: Path, tmp_path: Path) -> None:
