@@ -150,7 +150,7 @@ class Method:
         # `execution`: how plain runs go, in words (for `exirc run --profile`, --json).
         self._fused, self.execution = fuse_chain(
             plan, kernels, backends, env, values.written, self.has_state,
-            None not in self._straight, dynamic=bool(shapes is not None and shapes.values))
+            None not in self._straight, bool(shapes is not None and shapes.values), self._chains)
 
     @property
     def has_state(self) -> bool:

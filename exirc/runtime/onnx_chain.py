@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy
@@ -58,6 +58,7 @@ from exirc.runtime.fused_chain import (
 )
 from exirc.runtime.kernels import Kernel
 from exirc.runtime.onnx_chain_arith import ARITHMETIC
+from exirc.runtime.onnx_chain_folding import FOLD_LIMIT_BYTES, foldable
 from exirc.runtime.onnx_chain_moves import MOVES
 from exirc.runtime.onnx_chain_norms import NORMS
 from exirc.runtime.onnx_chain_ops import ONNX_TYPES, TRANSLATORS
@@ -82,12 +83,14 @@ KERNELS_WORTH_A_SESSION = 4
 
 def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
                backends: Sequence[tuple[Any, Any]], env: list[Any],
-               written: frozenset[int], has_state: bool, straight: bool, dynamic: bool
+               written: frozenset[int], has_state: bool, straight: bool, dynamic: bool,
+               steps: Sequence[Sequence[Callable[[], Any]]] = ()
                ) -> tuple[FusedChain | None, str]:
     """The method's chain as one session, or None when it cannot be (module
     docstring); and how plain runs go, in words, with the reason when not fused.
     `straight`: every instruction has fixed arguments and no jumps; `dynamic`: the
-    method has tensors of symbolic shape (exirc's shape table says so)."""
+    method has tensors of symbolic shape (exirc's shape table says so); `steps`: each
+    chain's prepared instructions, for kernels folded at load (`onnx_chain_folding`)."""
     delegates = [handle for _, handle in backends if isinstance(handle, OnnxDelegate)]
     refusal = ("it has more than one chain" if len(plan.chains) != 1 else
                "it has jumps or arguments computed at run time" if not straight else
@@ -98,8 +101,8 @@ def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
     if refusal:
         return None, kernel_by_kernel(refusal)
     try:
-        fused = _Builder(plan, env, written).build(plan.chains[0].instructions, kernels,
-                                                   backends)
+        builder = _Builder(plan, env, written, steps[0] if steps else None)
+        fused = builder.build(plan.chains[0].instructions, kernels, backends)
     except NotMapped as reason:
         return None, kernel_by_kernel(str(reason))
     except Exception as error:  # noqa: BLE001 (a chain no translator foresaw: the kernels check it)
@@ -140,11 +143,13 @@ def _why_not_kernels_only(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) 
 class _Builder(ChainValues):
     """Collects the merged model's nodes while the chain's instructions are translated."""
 
-    def __init__(self, plan: P.ExecutionPlan, env: list[Any], written: frozenset[int]) -> None:
+    def __init__(self, plan: P.ExecutionPlan, env: list[Any], written: frozenset[int],
+                 steps: Sequence[Callable[[], Any]] | None) -> None:
         import onnx.helper
         import onnx.numpy_helper
 
         super().__init__(plan, env, written)
+        self.steps = steps
         self.onnx = onnx
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
@@ -204,6 +209,9 @@ class _Builder(ChainValues):
         parameters = kernel.schema.arguments
         outs = [i for i, p in enumerate(parameters) if p.is_out]
         written = self._results(outs, args, len(parameters))
+        if written is not None and self._fold(position, kernel, args[:len(parameters)], outs,
+                                              written):
+            return
         if translate is None or written is None:
             raise NotMapped(f"instruction {position}: {kernel.name} has no ONNX form here")
         for i, value in enumerate(args[:len(parameters)]):
@@ -212,6 +220,28 @@ class _Builder(ChainValues):
         translate(self, list(args[:len(parameters)]))
         for value in written:
             self._writes(value)
+
+    def _fold(self, position: int, kernel: Kernel, args: list[int], outs: list[int],
+              written: list[int]) -> bool:
+        """Run the kernel at load and take its outs as constants, if it reads only
+        constants and is worth it (`onnx_chain_folding`); whether it was."""
+        if self.steps is None or not foldable(kernel) or \
+                not all(self._known(value) for i, value in enumerate(args) if i not in outs):
+            return False
+        tensors = [self.tensor(value) for value in written]
+        if sum(t.numel() * t.element_size() for t in tensors) > FOLD_LIMIT_BYTES or \
+                any(t.dtype not in ONNX_TYPES for t in tensors):
+            return False
+        try:
+            self.steps[position]()
+            arrays = [t.clone().numpy() for t in tensors]
+        except Exception:  # noqa: BLE001 (the kernels raise it at run time, as before)
+            return False
+        for value, array in zip(written, arrays):
+            self.folded[value] = torch.from_numpy(array)
+            self.node("Identity", [self.array("folded", array)], [self.name(value)])
+            self._writes(value)
+        return True
 
     def _results(self, outs: list[int], args: list[int], count: int) -> list[int] | None:
         """The tensors an out-variant call writes, or None when its arguments are not

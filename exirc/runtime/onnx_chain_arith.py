@@ -19,6 +19,8 @@ for anything else:
   float32 tensor, a bool mask times int64 ids): Add/Sub/Mul. Integers wrap
   around as torch's do; casts to float32 round to nearest in both; a float32
   sum or product is one IEEE operation either way.
+- minimum/maximum of integer tensors of one dtype: Min/Max (exact; floats are
+  refused, NaN handling differs).
 - pow of float32 by 2, 3, -1 or -2: the products and reciprocal torch's
   kernel computes, in its order; other exponents are refused.
 - comparisons (eq/ne/ge/gt/le/lt of a tensor with a scalar of its kind or with
@@ -199,6 +201,18 @@ def dim_order_copy(e: Emitter, args: list[int]) -> None:
     e.node("Identity", [e.name(args[0])], [e.name(args[-1])])
 
 
+def _integer_extreme(op_type: str) -> Translator:
+    """minimum/maximum of two integer tensors of one dtype: Min/Max (no NaN to differ on)."""
+
+    def translate(e: Emitter, args: list[int]) -> None:
+        first, second, out = (e.tensor(v) for v in (args[0], args[1], args[-1]))
+        if first.dtype not in INTEGER_DTYPES or not first.dtype == second.dtype == out.dtype:
+            raise NotMapped(f"a {op_type} of {first.dtype} and {second.dtype}")
+        _same_shape(e, args[-1], _broadcast(first, second))
+        e.node(op_type, [e.name(args[0]), e.name(args[1])], [e.name(args[-1])])
+    return translate
+
+
 def pow_scalar(e: Emitter, args: list[int]) -> None:
     """`pow.Tensor_Scalar_out(x, n)` of float32 for the exponents torch's kernel computes
     as products and a reciprocal (2, 3, -1, -2: x*x, x*x*x, 1/x, 1/(x*x)), the same
@@ -253,6 +267,8 @@ ARITHMETIC: dict[str, Translator] = {
     "aten::gather.out": gather,
     "aten::_log_softmax.out": log_softmax,
     "aten::pow.Tensor_Scalar_out": pow_scalar,
+    "aten::minimum.out": _integer_extreme("Min"),
+    "aten::maximum.out": _integer_extreme("Max"),
     "dim_order_ops::_to_dim_order_copy.out": dim_order_copy,
     "dim_order_ops::_clone_dim_order.out": dim_order_copy,
 }

@@ -116,6 +116,23 @@ def cat(e: Emitter, args: list[int]) -> None:
            axis=dim % out.dim())
 
 
+def repeat(e: Emitter, args: list[int]) -> None:
+    """`repeat.out(x, repeats)`: Tile, of x with the leading 1s torch gives it when
+    `repeats` is longer than its rank."""
+    _same_dtype(e, args[0], args[-1])
+    source, repeats = e.tensor(args[0]), e.scalar(args[1])
+    if not isinstance(repeats, list) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in repeats):
+        raise NotMapped(f"repeats {repeats!r}")
+    _same_shape(e, args[-1], meta_result(e, torch.Tensor.repeat, args[0], repeats))
+    name = e.name(args[0])
+    if len(repeats) > source.dim():
+        padded = [1] * (len(repeats) - source.dim()) + list(source.shape)
+        name = e.node("Reshape", [name, e.array("shape", numpy.asarray(padded, numpy.int64))])
+    e.node("Tile", [name, e.array("repeats", numpy.asarray(repeats, numpy.int64))],
+           [e.name(args[-1])])
+
+
 def _operand(e: Emitter, value: int) -> str:
     """A list item's name: a constant's data as an initializer, else the value's."""
     try:
@@ -174,6 +191,7 @@ MOVES: dict[str, Translator] = {
     "aten::slice_copy.Tensor_out": slice_copy,
     "aten::select_copy.int_out": select_copy,
     "aten::cat.out": cat,
+    "aten::repeat.out": repeat,
     "aten::full.out": full,
     "aten::full_like.out": full_like,
     "aten::scalar_tensor.out": scalar_tensor,

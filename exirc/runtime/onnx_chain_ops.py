@@ -21,8 +21,13 @@ Exactness, kernel by kernel:
   themselves (opset 18+; over an empty dim they would differ, so it is refused).
 - where, logical_not, logical/bitwise and/or on bool: Where, Not, And, Or.
 - _to_copy from bool or an integer dtype: Cast (ONNX and torch agree there:
-  non-zero is true, integers to float round to nearest); float sources are
-  refused (NaN and overflow casts differ).
+  non-zero is true, integers to float round to nearest); from float32/64 to a
+  signed integer: Cast, which truncates toward zero as torch does where the
+  result fits. Where it does not (NaN, infinities, overflow: undefined in
+  C++, so torch and onnxruntime may differ) the element is what torch gives
+  on this machine, probed once, if that is one value for all of them (x86:
+  the minimum, for int32 and int64); else a guard into the least index sends
+  such a run kernel by kernel. Other float sources are refused.
 - flip: Slice with step -1 over each flipped dim (a bidirectional LSTM's
   reverse direction reads its sequence flipped); elements move, none change.
 - index.Tensor with constant indices only: GatherND over the indices
@@ -32,6 +37,7 @@ Exactness, kernel by kernel:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -163,13 +169,60 @@ def where(e: Emitter, args: list[int]) -> None:
 
 def to_copy(e: Emitter, args: list[int]) -> None:
     source, out = e.tensor(args[0]), e.tensor(args[-1])
-    if source.dtype != torch.bool and source.dtype not in INTEGER_DTYPES:
-        raise NotMapped(f"a cast from {source.dtype} (NaN and overflow differ)")
     target = ONNX_TYPES.get(out.dtype)
     if target is None:
         raise NotMapped(f"a cast to {out.dtype}")
+    if source.dtype.is_floating_point and (out.dtype not in _SIGNED or
+                                           source.dtype not in (torch.float32, torch.float64)):
+        raise NotMapped(f"a cast from {source.dtype} to {out.dtype} (NaN and overflow differ)")
     _same_shape(e, args[-1], source.shape)
-    e.node("Cast", [e.name(args[0])], [e.name(args[-1])], to=target)
+    if not source.dtype.is_floating_point:
+        e.node("Cast", [e.name(args[0])], [e.name(args[-1])], to=target)
+        return
+    fits, cast = _fits(e, args[0], out.dtype), e.node("Cast", [e.name(args[0])], to=target)
+    unfit = _torch_unfit_result(source.dtype, out.dtype)
+    if unfit is None:  # the kernels decide, run by run
+        e.floor(e.node("Neg", [e.node("Cast", [e.node("Not", [fits])],
+                                      to=ONNX_TYPES[torch.int64])]))
+        e.node("Identity", [cast], [e.name(args[-1])])
+    else:
+        e.node("Where", [fits, cast, e.array("unfit", numpy.asarray(
+            unfit, out.numpy().dtype))], [e.name(args[-1])])
+
+
+_SIGNED = (torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _fits(e: Emitter, value: int, dtype: torch.dtype) -> str:
+    """Whether each element lies in (min - 1, max + 1) of `dtype`, where a float to
+    integer cast truncates toward zero in torch and onnxruntime alike (NaN: false).
+    Bounds a float cannot hold are stepped inwards, never admitting more."""
+    kind = e.tensor(value).numpy().dtype.type
+    info = torch.iinfo(dtype)
+    low, high = kind(info.min - 1), kind(info.max + 1)
+    if int(low) < info.min - 1:
+        low = numpy.nextafter(low, kind(0))
+    if int(high) > info.max + 1:
+        high = numpy.nextafter(high, kind(0))
+    x = e.name(value)
+    return e.node("And", [e.node("Greater", [x, e.array("low", numpy.asarray(low))]),
+                          e.node("Less", [x, e.array("high", numpy.asarray(high))])])
+
+
+@functools.cache
+def _torch_unfit_result(source: torch.dtype, target: torch.dtype) -> int | None:
+    """What torch's cast gives, on this machine, for every float that does not fit the
+    integer dtype (NaN, infinities, overflow; undefined in C++, and onnxruntime's Cast
+    may differ): one value for all of them in both its one-element and vector paths
+    (x86 gives the dtype's minimum for int32 and int64), or None if it varies."""
+    info = torch.iinfo(target)
+    unfit = [float("nan"), float("inf"), float("-inf"), 2.0 * (info.max + 1),
+             -2.0 * (info.max + 1), float(info.max + 1), 1e30, -1e30]
+    results: set[int] = set()
+    for count in (1, 1027):  # the scalar loop, and the vector loop with a tail
+        for value in unfit:
+            results.update(torch.full((count,), value, dtype=source).to(target).tolist())
+    return results.pop() if len(results) == 1 else None
 
 
 def index(e: Emitter, args: list[int]) -> None:

@@ -41,6 +41,7 @@ class ChainValues:
         self.order: list[tuple[int, int]] = []
         self.spans: dict[int, tuple[int, int]] = {}
         self.uses: list[tuple[int, int]] = []
+        self.folded: dict[int, torch.Tensor] = {}  # values computed at load, by value
 
     def node(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
              **attributes: Any) -> str:
@@ -75,9 +76,23 @@ class ChainValues:
         return [None if item == -1 else item for item in meta.items]
 
     def constant(self, value: int) -> torch.Tensor:
+        if value in self.folded:
+            return self.folded[value]
         if not self._is_constant(value):
             raise NotMapped(f"value {value} is not a constant")
         return self.tensor(value)
+
+    def _known(self, value: int) -> bool:
+        """Whether `value` is the same every run and known at load: a constant of the
+        file, a value folded at load, a list of those, a scalar no instruction writes."""
+        if not 0 <= value < len(self.plan.values):
+            return False
+        meta = self.plan.values[value]
+        if isinstance(meta, P.Tensor):
+            return self._is_constant(value) or value in self.folded
+        if isinstance(meta, (P.TensorList, P.OptionalTensorList)):
+            return all(item == -1 or self._known(item) for item in meta.items)
+        return value not in self.written
 
 
     def _reads(self, value: int) -> None:
