@@ -13,6 +13,12 @@ Rows:
     same 1,000 adds called directly as `torch.add(a, b, out=c)`, eager
     PyTorch's fastest path. `overhead_us` is the run's cost beyond the direct
     calls: what the interpreter adds.
+  * `overhead.compiled_chain`: the same 1,000 adds as `exirc compile` writes
+    them from `x = x + 1` in a loop (portable target: each add reads an int64
+    0-d constant, as the Edge dialect keeps scalars out of kernel
+    arguments), run as `exirc run` runs them: one onnxruntime session when
+    the chain fuses (`execution` says), per instruction beyond a 1-add
+    program's run.
   * `overhead.entry`: one call of the same add through each way torch offers
     into it: the boxed dispatcher call with the operator's handle, the
     overload's `_op`, the `OpOverload` itself, and the Python binding
@@ -48,7 +54,7 @@ def run(report: Callable[[Row], None] | None = None) -> list[Row]:
     """Measure, report each row as it is ready, and return all rows."""
     rows = []
     with bench_threads() as threads:
-        for row in (chain_overhead(), entry_costs()):
+        for row in (chain_overhead(), compiled_chain_overhead(), entry_costs()):
             row["threads"] = threads
             if report is not None:
                 report(row)
@@ -104,6 +110,36 @@ def chain_overhead(length: int = CHAIN_LENGTH) -> Row:
         "step_loop_us_per_instruction": seconds["step_loop"] / length * 1e6,
         "direct_call_us": direct_us,
         "overhead_us": per_instruction - direct_us,
+    }
+
+
+class _AddOnes(torch.nn.Module):
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.length):
+            x = x + 1
+        return x
+
+
+def compiled_chain_overhead(length: int = CHAIN_LENGTH) -> Row:
+    from exirc.compiler import compile_module
+
+    x = torch.zeros(1)
+    chain, one = (load(compile_module(_AddOnes(n), (x,)).data).method("forward")
+                  for n in (length, 1))
+    (result,) = chain.run([x])
+    assert result.item() == float(length), result
+    seconds = least_seconds({"run": lambda: chain.run([x]), "fixed": lambda: one.run([x])},
+                            calls=10)
+    return {
+        "bench": "overhead.compiled_chain",
+        "instructions": length,
+        "run_ms": seconds["run"] * 1e3,
+        "us_per_instruction": (seconds["run"] - seconds["fixed"]) / (length - 1) * 1e6,
+        "execution": chain.execution,
     }
 
 
