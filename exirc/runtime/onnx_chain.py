@@ -75,7 +75,8 @@ _TRANSLATORS = {**TRANSLATORS, **ARITHMETIC, **MOVES, **NORMS}  # every kernel w
 # Translations that sum in onnxruntime's order, not torch's: fused only among delegates,
 # whose nodes do so already (a chain of kernels alone is fused only if bit for bit).
 _INEXACT = frozenset({"aten::_log_softmax.out", "aten::native_layer_norm.out",
-                      "aten::mean.out", "aten::sum.IntList_out"})
+                      "aten::mean.out", "aten::sum.IntList_out", "aten::mm.out",
+                      "aten::bmm.out"})
 # A session call costs about 6 us (binding, the call, the outputs' views), a tiny
 # kernel call about 1.2 us: below this many kernels a chain alone runs faster as is.
 KERNELS_WORTH_A_SESSION = 4

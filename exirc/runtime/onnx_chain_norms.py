@@ -7,8 +7,9 @@ average pool written as `mean` over H and W, the gate split of an LSTM cell
 (`split_with_sizes_copy`, whose out is a list). Each kept the whole method
 kernel by kernel, at 5-12x ExecuTorch's own time for the same file.
 
-Exactness: Split only moves elements. LayerNormalization, ReduceMean and
-float ReduceSum sum in onnxruntime's order, not torch's (as the delegates
+Exactness: Split only moves elements. LayerNormalization, ReduceMean,
+float ReduceSum and MatMul (mm and bmm between delegates, as Falcon's
+ExecuTorch file has) sum in onnxruntime's order, not torch's (as the delegates
 around them already do; within the verify tolerances, and LayerNormalization
 stays as close to a float64 reference as torch's kernel on inputs whose mean
 dwarfs their spread); integer ReduceSum is exact. Anything the kernel would
@@ -102,6 +103,19 @@ def _reduction(op_type: str, torch_op: object) -> Translator:
     return translate
 
 
+def matmul(e: Emitter, args: list[int]) -> None:
+    """`mm.out` / `bmm.out` of float32 (a product ExecuTorch's partitioner left between
+    delegates, both operands computed): MatMul, summing in onnxruntime's order."""
+    first, second, out = (e.tensor(v) for v in (args[0], args[1], args[-1]))
+    if not first.dtype == second.dtype == out.dtype == torch.float32 or \
+            first.dim() != second.dim() or first.dim() not in (2, 3):
+        raise NotMapped(f"a product of {first.dtype}{list(first.shape)} and "
+                        f"{second.dtype}{list(second.shape)}")
+    _same_shape(e, args[-1], meta_result(e, torch.matmul, args[0],
+                                         torch.empty(second.shape, device="meta")))
+    e.node("MatMul", [e.name(args[0]), e.name(args[1])], [e.name(args[-1])])
+
+
 def split_with_sizes(e: Emitter, args: list[int]) -> None:
     """`split_with_sizes_copy.out(x, sizes, dim, out=[...])`: one Split into the list's tensors."""
     source, items = e.tensor(args[0]), e.items(args[3])
@@ -128,4 +142,6 @@ NORMS: dict[str, Translator] = {
     "aten::mean.out": _reduction("ReduceMean", torch.mean),
     "aten::sum.IntList_out": _reduction("ReduceSum", torch.sum),
     "aten::split_with_sizes_copy.out": split_with_sizes,
+    "aten::mm.out": matmul,
+    "aten::bmm.out": matmul,
 }

@@ -19,7 +19,8 @@ Exactness, kernel by kernel:
   would promote).
 - any/all over non-empty dims of a bool tensor: ReduceMax/ReduceMin of the bools
   themselves (opset 18+; over an empty dim they would differ, so it is refused).
-- where, logical_not, logical/bitwise and/or on bool: Where, Not, And, Or.
+- where, logical_not, logical/bitwise and/or on bool: Where, Not, And, Or;
+  bitwise_not: Not of bools, BitwiseNot of integers.
 - _to_copy from bool or an integer dtype: Cast (ONNX and torch agree there:
   non-zero is true, integers to float round to nearest); from float32/64 to a
   signed integer: Cast, which truncates toward zero as torch does where the
@@ -27,12 +28,16 @@ Exactness, kernel by kernel:
   C++, so torch and onnxruntime may differ) the element is what torch gives
   on this machine, probed once, if that is one value for all of them (x86:
   the minimum, for int32 and int64); else a guard into the least index sends
-  such a run kernel by kernel. Other float sources are refused.
+  such a run kernel by kernel. To bool: x != 0 (NaN is true, -0.0 false, as
+  in torch). Other float sources are refused.
 - flip: Slice with step -1 over each flipped dim (a bidirectional LSTM's
   reverse direction reads its sequence flipped); elements move, none change.
-- index.Tensor with constant indices only: GatherND over the indices
-  broadcast and stacked at load, negative ones wrapped and all checked in
-  range then (an out-of-range constant is refused: the kernel raises).
+- index.Tensor with integer index tensors for the leading dims: GatherND
+  over the indices broadcast and stacked, at load when constant (negative
+  ones wrapped, all checked in range: an out-of-range constant is refused, as
+  the kernel raises), else by nodes; one index after whole dims (x[:, :, i]):
+  Gather along that dim. GatherND and Gather wrap a negative index and fail
+  on one out of range, as the kernel does (the run then goes kernel by kernel).
 """
 
 from __future__ import annotations
@@ -120,6 +125,16 @@ def logical_not(e: Emitter, args: list[int]) -> None:
     e.node("Not", [e.name(args[0])], [e.name(args[-1])])
 
 
+def bitwise_not(e: Emitter, args: list[int]) -> None:
+    """~x: Not of bools (DeBERTa's inverted mask), BitwiseNot of integers."""
+    source, out = e.tensor(args[0]), e.tensor(args[-1])
+    if out.dtype != source.dtype or source.dtype not in (torch.bool, *INTEGER_DTYPES):
+        raise NotMapped(f"~ of {source.dtype} into {out.dtype}")
+    _same_shape(e, args[-1], source.shape)
+    e.node("Not" if source.dtype == torch.bool else "BitwiseNot", [e.name(args[0])],
+           [e.name(args[-1])])
+
+
 def _binary_bool(op_type: str) -> Translator:
     def translate(e: Emitter, args: list[int]) -> None:
         _bool(e, args[0], args[1], args[-1])
@@ -172,10 +187,14 @@ def to_copy(e: Emitter, args: list[int]) -> None:
     target = ONNX_TYPES.get(out.dtype)
     if target is None:
         raise NotMapped(f"a cast to {out.dtype}")
-    if source.dtype.is_floating_point and (out.dtype not in _SIGNED or
+    if source.dtype.is_floating_point and (out.dtype not in (*_SIGNED, torch.bool) or
                                            source.dtype not in (torch.float32, torch.float64)):
         raise NotMapped(f"a cast from {source.dtype} to {out.dtype} (NaN and overflow differ)")
     _same_shape(e, args[-1], source.shape)
+    if source.dtype.is_floating_point and out.dtype == torch.bool:  # x != 0: NaN is true
+        zero = e.array("zero", numpy.zeros((), source.numpy().dtype))
+        e.node("Not", [e.node("Equal", [e.name(args[0]), zero])], [e.name(args[-1])])
+        return
     if not source.dtype.is_floating_point:
         e.node("Cast", [e.name(args[0])], [e.name(args[-1])], to=target)
         return
@@ -230,6 +249,10 @@ def index(e: Emitter, args: list[int]) -> None:
     indices broadcast and stacked; at load when all are constants, else in the chain."""
     source, out = e.tensor(args[0]), args[-1]
     indices = e.items(args[1])
+    if indices and len(indices) <= source.dim() and indices[-1] is not None and \
+            all(i is None for i in indices[:-1]) and len(indices) > 1:
+        _index_one_dim(e, args[0], indices[-1], len(indices) - 1, out)
+        return
     if not indices or len(indices) > source.dim() or any(i is None for i in indices):
         raise NotMapped("its indices are not all tensors")
     tensors = [e.tensor(i) for i in indices if i is not None]
@@ -245,6 +268,24 @@ def index(e: Emitter, args: list[int]) -> None:
     else:
         positions = e.array("index", _stacked_at_load(constants, shape, source.shape))
     e.node("GatherND", [e.name(args[0]), positions], [e.name(out)])
+
+
+def _index_one_dim(e: Emitter, source: int, index: int, dim: int, out: int) -> None:
+    """x[:, ..., :, i] (one index tensor, after whole dims): Gather along that dim,
+    which wraps a negative index and fails on one out of range as the kernel does
+    (a constant out of range is refused: the kernel would raise every run)."""
+    tensor, positions = e.tensor(source), e.tensor(index)
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise NotMapped("its index is not an integer tensor (a bool mask?)")
+    _same_shape(e, out, (*tensor.shape[:dim], *positions.shape, *tensor.shape[dim + 1:]))
+    try:
+        constant = e.constant(index)
+    except NotMapped:  # computed by the chain: checked by the session
+        constant = None
+    size = tensor.shape[dim]
+    if constant is not None and bool(((constant < -size) | (constant >= size)).any()):
+        raise NotMapped(f"an index is out of range for dim {dim} of size {size}")
+    e.node("Gather", [e.name(source), e.name(index)], [e.name(out)], axis=dim)
 
 
 def _stacked_at_load(tensors: list[torch.Tensor], shape: tuple[int, ...],
@@ -311,6 +352,7 @@ ONNX_TYPES: dict[torch.dtype, int] = {
 TRANSLATORS: dict[str, Translator] = {
     "aten::embedding.out": embedding,
     "aten::logical_not.out": logical_not,
+    "aten::bitwise_not.out": bitwise_not,
     "aten::logical_and.out": _binary_bool("And"),
     "aten::logical_or.out": _binary_bool("Or"),
     "aten::bitwise_and.Tensor_out": _binary_bool("And"),

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from exirc.runtime.fused_chain import FUSED
-from tests.runtime.test_onnx_chain import kernel_by_kernel
+from tests.runtime.test_onnx_chain import fails_as_the_kernels_do, kernel_by_kernel
 from tests.runtime.test_onnx_chain_norms import answers_as_everyone, lowered
 
 pytest.importorskip("onnxruntime")
@@ -92,3 +92,34 @@ def test_float_to_integer_casts_are_torchs_even_out_of_range(scale: float) -> No
     torch.testing.assert_close(got[-1], expected[-1], rtol=1e-5, atol=1e-5, equal_nan=True)
     if scale == 1e40:  # every element out of range: what torch's kernel gives, as a constant
         assert got[0].unique().numel() == 1 and got[1].unique().numel() == 1
+
+
+class MasksAndProducts(nn.Module):
+    """DeBERTa- and Megatron-like masks (a float mask cast to bool, inverted), a pick
+    along the last dim (x[:, :, i], Falcon's rotary halves) and, as in Falcon's file,
+    a product of two delegates' results left between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(4, 6), nn.Linear(4, 6)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, i: torch.Tensor
+                ) -> tuple[torch.Tensor, ...]:
+        dropped = ~mask.bool()
+        scores = self.first(x) @ self.second(x).transpose(-1, -2)  # a bmm XNNPACK takes
+        product = self.first(x[0]) @ self.second(x[0]).T  # an mm it leaves between them
+        return (scores.masked_fill(dropped[:, None, :], 0.0), product, self.first(x)[:, :, i],
+                dropped, ~i)
+
+
+def test_masks_picks_and_products_between_delegates_fuse() -> None:
+    x, i = torch.randn(2, 3, 4), torch.tensor([0, -1, 5])
+    mask = torch.tensor([[1.0, 0.0, float("nan")], [-0.0, 2.5, 1.0]])
+    method, module, pte = lowered("masks_products", MasksAndProducts, x, mask, i)
+    assert method.execution == FUSED, method.execution
+    answers_as_everyone(method, module, pte, [x, mask, i])
+    got, separate = method.run([x, mask, i]), kernel_by_kernel(method, [x, mask, i])
+    for ours, other in zip(got[2:], separate[2:], strict=True):  # moves and masks: bit for bit
+        torch.testing.assert_close(ours, other, rtol=0, atol=0)
+    error = fails_as_the_kernels_do(method, [x, mask, torch.tensor([0, 6, 1])])
+    assert "index" in str(error).lower()

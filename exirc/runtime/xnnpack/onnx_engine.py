@@ -291,6 +291,8 @@ def new_session(model: bytes, threads: int) -> Any:
     options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")  # see above
-    options.log_severity_level = 3  # errors only: its warnings are about its own choices
+    # Fatal only: its warnings are about its own choices, and a run it fails (an index
+    # out of range) goes kernel by kernel, which raises exirc's own error.
+    options.log_severity_level = 4
     return onnxruntime.InferenceSession(model, sess_options=options,
                                         providers=["CPUExecutionProvider"])
