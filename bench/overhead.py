@@ -113,22 +113,12 @@ def chain_overhead(length: int = CHAIN_LENGTH) -> Row:
     }
 
 
-class _AddOnes(torch.nn.Module):
-    def __init__(self, length: int) -> None:
-        super().__init__()
-        self.length = length
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.length):
-            x = x + 1
-        return x
-
-
 def compiled_chain_overhead(length: int = CHAIN_LENGTH) -> Row:
     from exirc.compiler import compile_module
+    from tests.models.zoo import AddOnes
 
     x = torch.zeros(1)
-    chain, one = (load(compile_module(_AddOnes(n), (x,)).data).method("forward")
+    chain, one = (load(compile_module(AddOnes(n), (x,)).data).method("forward")
                   for n in (length, 1))
     (result,) = chain.run([x])
     assert result.item() == float(length), result

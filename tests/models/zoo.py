@@ -74,6 +74,19 @@ def conv_bn(c_in: int, c_out: int, kernel: int, stride: int = 1, groups: int = 1
 # --------------------------------------------------------------------------
 
 
+class AddOnes(nn.Module):
+    """x + 1, `length` times: a chain of tiny kernels (the interpreter's own cost)."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.length):
+            x = x + 1
+        return x
+
+
 class MLP(nn.Module):
     """Three linear layers with GELU and ReLU: addmm, permute, constant weights."""
 

@@ -21,8 +21,8 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 
-def method_of(model: nn.Module, inputs: list[torch.Tensor]) -> Method:
-    data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
+def method_of(model: nn.Module, inputs: list[torch.Tensor], target: str = "xnnpack") -> Method:
+    data = compile_module(model, inputs, options=CompileOptions(target=target)).data
     return load(data).method("forward")
 
 

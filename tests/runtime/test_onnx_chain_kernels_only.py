@@ -18,7 +18,9 @@ from exirc.runtime import load
 from exirc.runtime.fused_chain import FUSED
 from exirc.runtime.method import Method
 from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE
+from tests.models.zoo import AddOnes
 from tests.runtime.test_onnx_chain import kernel_by_kernel
+from tests.runtime.test_onnx_chain_arith import method_of
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -35,20 +37,8 @@ class PaddingPositions(nn.Module):
         return positions, (scores * weights + 3) * scores, ids.unsqueeze(1).expand(-1, 3, -1)
 
 
-class AddChain(nn.Module):
-    def __init__(self, length: int) -> None:
-        super().__init__()
-        self.length = length
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.length):
-            x = x + 1
-        return x
-
-
 def portable(model: nn.Module, *inputs: torch.Tensor) -> Method:
-    data = compile_module(model, inputs, options=CompileOptions(target="portable")).data
-    return load(data).method("forward")
+    return method_of(model, list(inputs), target="portable")
 
 
 def same_bits_as_kernels_and_eager(method: Method, model: nn.Module,
@@ -78,7 +68,7 @@ def test_a_portable_chain_of_exact_kernels_is_one_session() -> None:
 
 
 def test_a_long_add_chain_is_one_session_with_the_same_bits() -> None:
-    model = AddChain(60)
+    model = AddOnes(60)
     x = torch.tensor([0.1, -3.7, 1e7, float("inf")])  # 1e7 + 1 rounds in float32
     method = portable(model, x)
     assert method.execution == FUSED, method.execution
@@ -98,7 +88,7 @@ def test_a_kernel_that_would_round_otherwise_keeps_the_chain_on_torch() -> None:
 
 
 def test_a_short_chain_is_not_worth_a_session() -> None:
-    model, x = AddChain(3), torch.randn(4)
+    model, x = AddOnes(3), torch.randn(4)
     method = portable(model, x)
     assert method._fused is None
     assert "3 kernel calls: fewer than 4" in method.execution, method.execution
