@@ -213,16 +213,17 @@ _SIGNED = (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def _fits(e: Emitter, value: int, dtype: torch.dtype) -> str:
-    """Whether each element lies in (min - 1, max + 1) of `dtype`, where a float to
-    integer cast truncates toward zero in torch and onnxruntime alike (NaN: false).
-    Bounds a float cannot hold are stepped inwards, never admitting more."""
+    """Whether each element lies in (min - 1, max + 1) of `dtype`, exactly the floats
+    whose truncation toward zero fits, where torch and onnxruntime cast alike (NaN:
+    false). A bound a float cannot hold is rounded outwards to the next float, which
+    no float lies strictly between: the test stays exact."""
     kind = e.tensor(value).numpy().dtype.type
     info = torch.iinfo(dtype)
     low, high = kind(info.min - 1), kind(info.max + 1)
-    if int(low) < info.min - 1:
-        low = numpy.nextafter(low, kind(0))
-    if int(high) > info.max + 1:
-        high = numpy.nextafter(high, kind(0))
+    if int(low) > info.min - 1:
+        low = numpy.nextafter(low, kind(-numpy.inf))
+    if int(high) < info.max + 1:
+        high = numpy.nextafter(high, kind(numpy.inf))
     x = e.name(value)
     return e.node("And", [e.node("Greater", [x, e.array("low", numpy.asarray(low))]),
                           e.node("Less", [x, e.array("high", numpy.asarray(high))])])

@@ -108,3 +108,24 @@ def test_torch_when_asked_for_or_when_onnxruntime_is_missing(
     method = load(data).method("forward")
     assert method._fused is None and "onnxruntime is not installed" in method.execution
     same_bits_as_kernels_and_eager(method, model, inputs)
+
+
+class Truncations(nn.Module):
+    """Float to integer casts of every signed width, at and around their bounds."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (x.to(torch.int32), x.to(torch.int64), x.to(torch.int8), x.to(torch.int16),
+                y.to(torch.int32), y.to(torch.int64))
+
+
+def test_float_to_integer_casts_match_torch_at_every_bound() -> None:
+    bounds = [2.0 ** 31, 2.0 ** 63, 128.0, 32768.0]
+    edges = [v for b in bounds for v in (b, -b, b - 1, -b - 1, b - 0.5, -b + 0.5, -b - 0.5)]
+    x32 = torch.tensor(edges + [float("nan"), float("inf"), -float("inf"), 0.9, -0.9, -0.0])
+    x32 = torch.cat([x32, torch.nextafter(x32, torch.full_like(x32, float("inf"))),
+                     torch.nextafter(x32, torch.full_like(x32, -float("inf")))])
+    x64 = x32.double() + torch.tensor([0.25]).double()
+    model = Truncations()
+    method = portable(model, x32, x64)
+    assert method.execution == FUSED, method.execution
+    same_bits_as_kernels_and_eager(method, model, [x32, x64])
