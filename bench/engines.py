@@ -99,15 +99,9 @@ class ExircRunOfExecuTorchFile(ExircRun):
     """ExecuTorch's own XNNPACK-lowered file, run by exirc's runtime: theirs on ours."""
 
     def __init__(self, module: torch.nn.Module, inputs: Inputs) -> None:
-        if not HAVE_EXECUTORCH:
-            raise EngineUnavailable("ExecuTorch is not installed")
-        from bench.common import executorch_file
         from exirc.runtime import load
 
-        try:
-            pte = executorch_file(module, inputs, xnnpack=True)
-        except Exception as error:  # ExecuTorch's lowering raises many kinds
-            raise EngineUnavailable(f"ExecuTorch lowering: {_first_line(error)}") from error
+        pte = _executorch_lowering(module, inputs, xnnpack=True)
         try:
             self.program = load(pte)
         except Exception as error:  # a finding: exirc refuses ExecuTorch's file
@@ -120,19 +114,24 @@ def exirc_target(target: str) -> EngineFactory:
     return lambda module, inputs: ExircRun(module, inputs, target)
 
 
+def _executorch_lowering(module: torch.nn.Module, inputs: Inputs, xnnpack: bool) -> bytes:
+    """ExecuTorch's own file of the model, or EngineUnavailable with the reason."""
+    if not HAVE_EXECUTORCH:
+        raise EngineUnavailable("ExecuTorch is not installed")
+    from bench.common import executorch_file
+
+    try:
+        return executorch_file(module, inputs, xnnpack=xnnpack)
+    except Exception as error:  # ExecuTorch's lowering raises many kinds
+        raise EngineUnavailable(f"ExecuTorch lowering: {_first_line(error)}") from error
+
+
 class ExecuTorch:
     """ExecuTorch's own lowering (portable, or with its XNNPACK partitioner),
     run by its runtime's Python bindings."""
 
     def __init__(self, module: torch.nn.Module, inputs: Inputs, xnnpack: bool) -> None:
-        if not HAVE_EXECUTORCH:
-            raise EngineUnavailable("ExecuTorch is not installed")
-        from bench.common import executorch_file
-
-        try:
-            self.pte = executorch_file(module, inputs, xnnpack=xnnpack)
-        except Exception as error:  # ExecuTorch's lowering raises many kinds
-            raise EngineUnavailable(f"ExecuTorch lowering: {_first_line(error)}") from error
+        self.pte = _executorch_lowering(module, inputs, xnnpack)
         self.inputs = list(inputs)
 
     def runner(self, threads: int) -> Runner:

@@ -136,7 +136,7 @@ def register_kernel(spec: str, fn: KernelFn | None = None) -> Any:
 
 def parse_schema(spec: str) -> torch._C.FunctionSchema:
     if "(" not in spec:
-        op = _torch_op(spec)
+        op = torch_op(spec)
         if op is None:
             raise UsageError(f"torch does not know the operator {spec!r}, so its kernel needs "
                              "a schema", hint='register it as "ns::name.overload(Tensor x, *, '
@@ -165,7 +165,7 @@ def aten_kernel(name: str, overload: str) -> Kernel | None:
     if not name.startswith("aten::"):
         return None
     key = operator_key(name, overload)
-    op = _torch_op(key)
+    op = torch_op(key)
     if op is None:
         return None
     try:
@@ -190,7 +190,7 @@ def _view_copy_kernel(key: str, op: torch._ops.OpOverload) -> Kernel | None:
     name, _, overload = key.partition("::")[2].partition(".")
     if not name.endswith("_copy"):
         return None
-    view = _torch_op(f"aten::{name.removesuffix('_copy')}."
+    view = torch_op(f"aten::{name.removesuffix('_copy')}."
                      f"{'default' if overload == 'out' else overload.removesuffix('_out')}")
     schema = op._schema
     outs = [arg for arg in schema.arguments if arg.is_out]
@@ -219,7 +219,8 @@ def copy_into(target: torch.Tensor, source: torch.Tensor) -> None:
     target.copy_(source)
 
 
-def _torch_op(key: str) -> torch._ops.OpOverload | None:
+def torch_op(key: str) -> torch._ops.OpOverload | None:
+    """torch's overload for `namespace::name.overload`, or None (checked identifiers only)."""
     namespace, _, rest = key.partition("::")
     base, _, overload = rest.partition(".")
     overload = overload or "default"

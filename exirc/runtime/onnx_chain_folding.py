@@ -25,7 +25,7 @@ import functools
 
 import torch
 
-from exirc.runtime.kernels import Kernel
+from exirc.runtime.kernels import Kernel, torch_op
 
 FOLD_LIMIT_BYTES = 1 << 20
 _NONDETERMINISTIC = {torch.Tag.nondeterministic_seeded, torch.Tag.nondeterministic_bitwise}
@@ -34,15 +34,10 @@ _NONDETERMINISTIC = {torch.Tag.nondeterministic_seeded, torch.Tag.nondeterminist
 @functools.cache
 def foldable(kernel: Kernel) -> bool:
     """Whether `kernel` computes the same outs from the same arguments every run."""
-    namespace, _, rest = kernel.name.partition("::")
-    base, _, overload = rest.partition(".")
-    if namespace != "aten" or base.startswith("empty"):
+    if not kernel.name.startswith("aten::") or kernel.name.startswith("aten::empty"):
         return False
-    try:
-        op = getattr(getattr(torch.ops.aten, base), overload or "default")
-    except (AttributeError, RuntimeError):
-        return False
-    if not isinstance(op, torch._ops.OpOverload) or _NONDETERMINISTIC & set(op.tags):
+    op = torch_op(kernel.name)
+    if op is None or _NONDETERMINISTIC & set(op.tags):
         return False
     return all(argument.is_out or argument.alias_info is None or not argument.alias_info.is_write
                for argument in kernel.schema.arguments)

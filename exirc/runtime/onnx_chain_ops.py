@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import numpy
 import torch
 
+from exirc.runtime.arenas import numpy_dtype
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
 
 INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
@@ -109,13 +110,13 @@ def _scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndar
     if dtype in INTEGER_DTYPES and isinstance(scalar, int) and not isinstance(scalar, bool):
         info = torch.iinfo(dtype)
         if info.min <= scalar <= info.max:
-            return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
+            return numpy.asarray(scalar, dtype=numpy_dtype(dtype))
     if dtype in (torch.float32, torch.float64) and isinstance(scalar, float):
-        return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
+        return numpy.asarray(scalar, dtype=numpy_dtype(dtype))
     if dtype in (torch.float32, torch.float64) and isinstance(scalar, int) and \
             not isinstance(scalar, bool) and abs(scalar) <= _EXACT_INTEGERS[dtype]:
         # exactly a float of the tensor's dtype (x * 2): no rounding for either to differ in
-        return numpy.asarray(scalar, dtype=tensor.numpy().dtype)
+        return numpy.asarray(scalar, dtype=numpy_dtype(dtype))
     raise NotMapped(f"a {type(scalar).__name__} scalar with a {dtype} tensor is promoted")
 
 
@@ -192,7 +193,7 @@ def to_copy(e: Emitter, args: list[int]) -> None:
         raise NotMapped(f"a cast from {source.dtype} to {out.dtype} (NaN and overflow differ)")
     _same_shape(e, args[-1], source.shape)
     if source.dtype.is_floating_point and out.dtype == torch.bool:  # x != 0: NaN is true
-        zero = e.array("zero", numpy.zeros((), source.numpy().dtype))
+        zero = e.array("zero", numpy.zeros((), numpy_dtype(source.dtype)))
         e.node("Not", [e.node("Equal", [e.name(args[0]), zero])], [e.name(args[-1])])
         return
     if not source.dtype.is_floating_point:
@@ -206,7 +207,7 @@ def to_copy(e: Emitter, args: list[int]) -> None:
         e.node("Identity", [cast], [e.name(args[-1])])
     else:
         e.node("Where", [fits, cast, e.array("unfit", numpy.asarray(
-            unfit, out.numpy().dtype))], [e.name(args[-1])])
+            unfit, numpy_dtype(out.dtype)))], [e.name(args[-1])])
 
 
 _SIGNED = (torch.int8, torch.int16, torch.int32, torch.int64)
@@ -217,7 +218,7 @@ def _fits(e: Emitter, value: int, dtype: torch.dtype) -> str:
     whose truncation toward zero fits, where torch and onnxruntime cast alike (NaN:
     false). A bound a float cannot hold is rounded outwards to the next float, which
     no float lies strictly between: the test stays exact."""
-    kind = e.tensor(value).numpy().dtype.type
+    kind = numpy.dtype(numpy_dtype(e.tensor(value).dtype)).type
     info = torch.iinfo(dtype)
     low, high = kind(info.min - 1), kind(info.max + 1)
     if int(low) > info.min - 1:
@@ -283,10 +284,17 @@ def _index_one_dim(e: Emitter, source: int, index: int, dim: int, out: int) -> N
         constant = e.constant(index)
     except NotMapped:  # computed by the chain: checked by the session
         constant = None
-    size = tensor.shape[dim]
-    if constant is not None and bool(((constant < -size) | (constant >= size)).any()):
-        raise NotMapped(f"an index is out of range for dim {dim} of size {size}")
+    if constant is not None:
+        _check_in_range(constant, tensor.shape[dim], dim)
     e.node("Gather", [e.name(source), e.name(index)], [e.name(out)], axis=dim)
+
+
+def _check_in_range(indices: torch.Tensor, size: int, dim: int) -> torch.Tensor:
+    """Constant `indices` into a dim of `size`, refused if one is out of range (the kernel
+    would raise on every run)."""
+    if bool(((indices < -size) | (indices >= size)).any()):
+        raise NotMapped(f"an index is out of range for dim {dim} of size {size}")
+    return indices
 
 
 def _stacked_at_load(tensors: list[torch.Tensor], shape: tuple[int, ...],
@@ -295,9 +303,7 @@ def _stacked_at_load(tensors: list[torch.Tensor], shape: tuple[int, ...],
     stacked = []
     for dim, t in enumerate(tensors):
         size = sizes[dim]
-        wide = t.to(torch.int64).expand(shape)
-        if bool(((wide < -size) | (wide >= size)).any()):
-            raise NotMapped(f"an index is out of range for dim {dim} of size {size}")
+        wide = _check_in_range(t.to(torch.int64).expand(shape), size, dim)
         stacked.append(torch.where(wide < 0, wide + size, wide))
     return torch.stack(stacked, dim=-1).numpy() if shape else \
         numpy.asarray([int(t) for t in stacked], numpy.int64)

@@ -6,7 +6,8 @@ may overwrite bytes a value still to be read lives in. The kernels see the
 new bytes; a session, whose edges are values, would see the old ones. So the
 builder notes every write with its bytes and every read with its position,
 reads a view as a Reshape (or Slice) of the value whose bytes it covers, and
-refuses the chain when a read would see bytes written over since.
+refuses the chain when a read would see bytes written over since. Values
+computed at load (`onnx_chain_folding`) are kept too, as constants.
 """
 
 from __future__ import annotations
