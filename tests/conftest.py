@@ -18,3 +18,10 @@ def add_pte(tmp_path: Path) -> Path:
     path = tmp_path / "add.pte"
     path.write_bytes(serialize(add_constant_program()))
     return path
+
+
+@pytest.fixture()
+def chains_on_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fused chains on onnxruntime, not LiteRT: for tests of the ONNX chain's own
+    translations (LiteRT takes, by default, every chain it can)."""
+    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "onnxruntime")

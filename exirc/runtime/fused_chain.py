@@ -43,6 +43,7 @@ class FusedChain:
     # is replaced when a caller still holds its memory (see the docstring).
     outputs: dict[int, OutputMemory]
     floor: torch.Tensor | None  # the least embedding index of the run, if any
+    litert: Any = None  # a LiteRtChain: the chain runs on LiteRT instead (litert.chain)
     _sessions: dict[int, Any] = field(default_factory=dict)
     _binding: Any = None  # a Binding once the first run has bound the tensors
     _bound_for: int = 0  # the thread count `_binding` is for (0: not bound)
@@ -66,6 +67,8 @@ class FusedChain:
         of the shapes and dtypes the model declares); False if the kernels must
         run it instead."""
         tensors = [given[position] for _, position in self.inputs]
+        if self.litert is not None:
+            return self._run_on_litert(tensors)
         try:
             if torch.get_num_threads() != self._bound_for or \
                     [t.data_ptr() for t in tensors] != self._bound_inputs:
@@ -82,6 +85,20 @@ class FusedChain:
         except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
             return False
         return self._floor_view is None or self._floor_view.value >= 0
+
+    def _run_on_litert(self, tensors: list[torch.Tensor]) -> bool:
+        """`run` on LiteRT, which copies the inputs in and the outputs out."""
+        try:
+            for tensor in tensors:
+                if not tensor.is_contiguous():
+                    return False
+            for memory in self.outputs.values():
+                if memory.held_elsewhere():
+                    memory.renew(_unbound)
+            self.litert.run(tensors, [memory.tensor for memory in self.outputs.values()])
+        except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
+            return False
+        return True
 
     def results(self, given: Sequence[Any], positions: Mapping[int, int], env: list[Any],
                 values: list[int], copy: Callable[[Any], Any]) -> list[Any]:
@@ -171,9 +188,14 @@ def _free_counts() -> tuple[int, int]:
 _FREE = _free_counts()
 
 
+def _unbound(*_: Any) -> None:
+    """Memory LiteRT writes needs no binding: outputs are copied into it."""
+
+
 FLOOR = "least_embedding_index"
 
 FUSED = "one onnxruntime session (the method's chain, fused at load)"
+FUSED_ON_LITERT = "one LiteRT interpreter on XNNPACK (the method's chain, fused at load)"
 
 
 def why_no_delegate(backends: Sequence[tuple[Any, Any]]) -> str:

@@ -52,12 +52,14 @@ import torch
 from exirc.runtime.fused_chain import (
     FLOOR,
     FUSED,
+    FUSED_ON_LITERT,
     FusedChain,
     OutputMemory,
     kernel_by_kernel,
     why_no_delegate,
 )
 from exirc.runtime.kernels import Kernel
+from exirc.runtime.litert.chain import litert_form
 from exirc.runtime.onnx_chain_arith import ARITHMETIC
 from exirc.runtime.onnx_chain_folding import FOLD_LIMIT_BYTES, foldable
 from exirc.runtime.onnx_chain_moves import MOVES
@@ -109,15 +111,18 @@ def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
         return None, kernel_by_kernel(str(reason))
     except Exception as error:  # noqa: BLE001 (a chain no translator foresaw: the kernels check it)
         return None, kernel_by_kernel(f"building it failed: {type(error).__name__}: {error}")
-    try:
-        fused.session()
-    except Exception as error:  # noqa: BLE001 (onnxruntime refusing the model: run kernel by kernel)
-        return None, kernel_by_kernel(f"onnxruntime refused the fused model: "
-                                      f"{type(error).__name__}")
+    fused.litert, not_on_litert = litert_form(fused, bool(delegates))
+    if fused.litert is None:
+        try:
+            fused.session()
+        except Exception as error:  # noqa: BLE001 (onnxruntime refusing it: kernel by kernel)
+            return None, kernel_by_kernel(f"onnxruntime refused the fused model: "
+                                          f"{type(error).__name__}")
     for delegate in delegates:
         # Their weights would be held twice; a kernel-by-kernel run remakes them.
         delegate.drop_sessions()
-    return fused, FUSED
+    return fused, FUSED_ON_LITERT if fused.litert is not None else \
+        f"{FUSED} (not on LiteRT: {not_on_litert})"
 
 
 def _why_not_kernels_only(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) -> str:

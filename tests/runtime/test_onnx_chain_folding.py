@@ -17,6 +17,8 @@ from tests.runtime.test_onnx_chain_norms import answers_as_everyone, lowered
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
+# The ONNX chain's own translations are under test.
+pytestmark = pytest.mark.usefixtures("chains_on_onnxruntime")
 
 
 class ConstantTables(nn.Module):
@@ -37,7 +39,7 @@ class ConstantTables(nn.Module):
 def test_kernels_of_constants_are_folded_at_load_with_torchs_bits() -> None:
     x = torch.randn(6, 6)
     method, module, pte = lowered("constant_tables", ConstantTables, x)
-    assert method.execution == FUSED, method.execution
+    assert method.execution.startswith(FUSED), method.execution
     answers_as_everyone(method, module, pte, [x], exact=True)
     answers_as_everyone(method, module, pte, [torch.randn(6, 6)], exact=True)
 
@@ -79,7 +81,7 @@ class Casts(nn.Module):
 def test_float_to_integer_casts_are_torchs_even_out_of_range(scale: float) -> None:
     x = torch.randn(3, 4) * 4
     method, module, pte = lowered("casts", Casts, x, torch.tensor(2.0))
-    assert method.execution == FUSED, method.execution
+    assert method.execution.startswith(FUSED), method.execution
     inputs = [x, torch.tensor(scale)]
     got, separate = method.run(inputs), kernel_by_kernel(method, inputs)
     with torch.no_grad():
@@ -116,7 +118,7 @@ def test_masks_picks_and_products_between_delegates_fuse() -> None:
     x, i = torch.randn(2, 3, 4), torch.tensor([0, -1, 5])
     mask = torch.tensor([[1.0, 0.0, float("nan")], [-0.0, 2.5, 1.0]])
     method, module, pte = lowered("masks_products", MasksAndProducts, x, mask, i)
-    assert method.execution == FUSED, method.execution
+    assert method.execution.startswith(FUSED), method.execution
     answers_as_everyone(method, module, pte, [x, mask, i])
     got, separate = method.run([x, mask, i]), kernel_by_kernel(method, [x, mask, i])
     for ours, other in zip(got[2:], separate[2:], strict=True):  # moves and masks: bit for bit

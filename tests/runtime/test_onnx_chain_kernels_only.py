@@ -61,7 +61,7 @@ def ids_and_scores() -> list[torch.Tensor]:
 def test_a_portable_chain_of_exact_kernels_is_one_session() -> None:
     model, inputs = PaddingPositions(), ids_and_scores()
     method = portable(model, *inputs)
-    assert method.execution == FUSED, method.execution
+    assert method.execution.startswith(FUSED), method.execution
     same_bits_as_kernels_and_eager(method, model, inputs)
     other = [torch.tensor([[0, 0, 0, 2], [1, 1, 1, 1]]), torch.randn(2, 4)]
     same_bits_as_kernels_and_eager(method, model, other)  # new inputs are read
@@ -71,7 +71,7 @@ def test_a_long_add_chain_is_one_session_with_the_same_bits() -> None:
     model = AddOnes(60)
     x = torch.tensor([0.1, -3.7, 1e7, float("inf")])  # 1e7 + 1 rounds in float32
     method = portable(model, x)
-    assert method.execution == FUSED, method.execution
+    assert method.execution.startswith(FUSED), method.execution
     same_bits_as_kernels_and_eager(method, model, [x])
 
 
@@ -127,5 +127,5 @@ def test_float_to_integer_casts_match_torch_at_every_bound() -> None:
     x64 = x32.double() + torch.tensor([0.25]).double()
     model = Truncations()
     method = portable(model, x32, x64)
-    assert method.execution == FUSED, method.execution
+    assert method.execution.startswith(FUSED), method.execution
     same_bits_as_kernels_and_eager(method, model, [x32, x64])

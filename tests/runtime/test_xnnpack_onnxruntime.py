@@ -23,6 +23,8 @@ from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import FormatError, InputError, UnsupportedOperatorError, UsageError
 from exirc.runtime import load
 from exirc.runtime.delegates import BackendInitContext, payload
+from exirc.runtime.fused_chain import FUSED, FUSED_ON_LITERT
+from exirc.runtime.litert.engine import litert_available
 from exirc.runtime.xnnpack import XnnpackBackend
 from exirc.runtime.xnnpack.compile import CompiledGraph
 from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE, OnnxDelegate, choose_engine
@@ -341,7 +343,8 @@ def test_a_batch_matrix_multiply_by_a_transposed_input_runs_on_onnxruntime(
 
 
 @pytest.mark.parametrize(("program", "expected"), [
-    ("mlp", "plain runs: one onnxruntime session (the method's chain, fused at load)"),
+    ("mlp", "plain runs: " + (FUSED_ON_LITERT if litert_available() else
+                              f"{FUSED} (not on LiteRT: ai-edge-litert is not installed)")),
     ("quantized", "plain runs: instruction by instruction (not fused: its XNNPACK delegates "
                   "run on torch: constant 3 is torch.int8, not float32)")])
 def test_cli_timing_says_how_plain_runs_go_and_why(program: str, expected: str,

@@ -8,7 +8,10 @@ the graph. The environment variable EXIRC_XNNPACK_ENGINE picks the engine:
     "torch"               always the torch path
     "onnxruntime"         always onnxruntime; a UsageError when it is not
                           installed, an UnsupportedOperatorError naming the node
-                          for a delegate it cannot take
+                          for a delegate it cannot take; fused chains stay off
+                          LiteRT
+    "litert"              as auto, but fused chains need LiteRT installed
+                          (exirc.runtime.litert.chain)
 
 `OnnxDelegate.execute` binds the delegate's tensors to the session by pointer
 (ORT's IOBinding: no copies in or out) when they are exactly what the model
@@ -43,7 +46,7 @@ from exirc.runtime.xnnpack.run import execute as execute_on_torch
 from exirc.serialize.xnnpack import graph as G
 
 ENGINE_VARIABLE = "EXIRC_XNNPACK_ENGINE"
-ENGINES = ("auto", "torch", "onnxruntime")
+ENGINES = ("auto", "torch", "onnxruntime", "litert")
 INSTALL_HINT = "install the optional engine with `pip install 'exirc[ort]'`"
 
 

@@ -1,0 +1,146 @@
+"""Running a fused chain's TFLite form on LiteRT, whose CPU path is XNNPACK.
+
+An interpreter is made per thread count (its thread count is fixed when it is
+made). Each run copies the inputs into the interpreter's input tensors,
+invokes, and copies the outputs into the caller's memory: plain memcpy
+between the interpreter's tensor addresses (read once, see `_Runner`) and
+the caller's, of the byte counts the model declares, which were checked
+against the interpreter's own tensors when it was made. The wrapper's
+`invoke` is bypassed for the binding's own `Invoke`: the wrapper only checks
+that no numpy view of the interpreter's memory is alive, and none is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy
+import torch
+
+Declared = tuple[tuple[int, ...], Any]  # a shape and a numpy dtype
+
+
+def litert_available() -> bool:
+    """Whether LiteRT's Python package is installed (imported only when used)."""
+    return importlib.util.find_spec("ai_edge_litert") is not None
+
+
+class LiteRtChain:
+    """A TFLite model and its interpreters; `run` does one call."""
+
+    def __init__(self, model: bytes, inputs: Sequence[Declared],
+                 outputs: Sequence[Declared]) -> None:
+        """`inputs`/`outputs`: each model input/output in order, by shape and
+        numpy dtype."""
+        self.model = model
+        self._declared = [(tuple(shape), numpy.dtype(dtype)) for shape, dtype in
+                          [*inputs, *outputs]]
+        self._inputs = len(inputs)
+        self._runners: dict[int, _Runner] = {}
+
+    def runner(self) -> _Runner:
+        """The interpreter for torch's current thread count (made once per count)."""
+        threads = torch.get_num_threads()
+        runner = self._runners.get(threads)
+        if runner is None:
+            runner = self._runners[threads] = _Runner(self.model, threads, self._declared,
+                                                        self._inputs)
+        return runner
+
+    def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+        """Read `inputs` and write `outputs` (contiguous, of the declared shapes and
+        dtypes: the caller checked them)."""
+        self.runner().run(inputs, outputs)
+
+
+class _Runner:
+    """One interpreter, its input and output tensor indices and byte counts."""
+
+    def __init__(self, model: bytes, threads: int, declared: list[Declared],
+                 count: int) -> None:
+        from ai_edge_litert.interpreter import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            Interpreter,
+        )
+
+        self.interpreter = Interpreter(model_content=model, num_threads=max(threads, 1))
+        with _quiet_first_delegate():
+            self.interpreter.allocate_tensors()
+        details = [*self.interpreter.get_input_details(),
+                   *self.interpreter.get_output_details()]
+        if len(details) != len(declared):
+            raise RuntimeError(f"the interpreter has {len(details)} inputs and outputs, "
+                               f"the chain {len(declared)}")
+        for detail, (shape, dtype) in zip(details, declared):
+            if tuple(detail["shape"]) != shape or detail["dtype"] != dtype:
+                raise RuntimeError(f"interpreter tensor {detail['name']} is "
+                                   f"{tuple(detail['shape'])} {detail['dtype']}, the chain's "
+                                   f"{shape} {dtype}")
+        if len(self.interpreter.get_input_details()) != count:
+            raise RuntimeError("the interpreter's inputs are not the chain's")
+        self.inputs = [(_address(self.interpreter, d["index"]), _nbytes(s, t)) for d, (s, t)
+                       in zip(details[:count], declared[:count])]
+        self.outputs = [(_address(self.interpreter, d["index"]), _nbytes(s, t)) for d, (s, t)
+                        in zip(details[count:], declared[count:])]
+        self._invoke = self.interpreter._interpreter.Invoke
+        # The addresses are read once (reading one costs ~1.6 us, the whole run of a
+        # small MLP ~1): TFLite moves a tensor only when it allocates again (a
+        # resize, which nothing here calls) or for a tensor of dynamic shape, which
+        # a chain's model, static shapes and constant shape operands, never has.
+        # Two runs confirm it for this interpreter before it is used.
+        for _ in range(2):
+            self._invoke(0)
+            if [a for a, _ in self.inputs + self.outputs] != [
+                    _address(self.interpreter, d["index"]) for d in details]:
+                raise RuntimeError("LiteRT moved an input or output tensor between runs")
+
+    def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+        move = ctypes.memmove
+        for (address, size), tensor in zip(self.inputs, inputs):
+            move(address, tensor.data_ptr(), size)
+        self._invoke(0)  # subgraph 0: the model's only one
+        for (address, size), tensor in zip(self.outputs, outputs):
+            move(tensor.data_ptr(), address, size)
+
+
+def _address(interpreter: Any, index: int) -> int:
+    """Where tensor `index`'s data is, through a view dropped at once (the public
+    `Interpreter.invoke` refuses to run while one is alive)."""
+    inner = interpreter._interpreter
+    return int(inner.tensor(inner, index).__array_interface__["data"][0])
+
+
+def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count * dtype.itemsize
+
+
+_QUIETED = [False]
+
+
+@contextlib.contextmanager
+def _quiet_first_delegate() -> Iterator[None]:
+    """LiteRT announces its first XNNPACK delegate on stderr (C++, once a process,
+    no setting turns it off): silence file descriptor 2 around that one call."""
+    if _QUIETED[0]:
+        yield
+        return
+    _QUIETED[0] = True
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

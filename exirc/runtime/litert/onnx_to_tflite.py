@@ -1,0 +1,355 @@
+"""A fused chain's ONNX model rewritten as a TFLite model, for LiteRT's XNNPACK.
+
+The ONNX model is exirc's own (`onnx_chain` built it from a checked program),
+so this reads no file bytes. Only node kinds whose TFLite form computes the
+same thing are taken (`TRANSLATORS`); anything else raises `NotMapped` naming
+the node, and the chain stays on onnxruntime.
+
+Layouts: ONNX convolution and pooling are NCHW, TFLite's NHWC. exirc's
+chains keep activations NHWC and wrap each such node in a pair of
+Transposes, so a Conv reads its input through a pending transpose (see
+`tflite_builder`) and writes a tensor read back the same way: the pairs
+cancel without an operator. Unary elementwise nodes keep a pending layout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy
+
+from exirc.runtime.litert.tflite_builder import TfliteBuilder, Value, compose
+from exirc.runtime.xnnpack.onnx_builder import NotMapped
+
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A TFLite file, and its inputs and outputs: ONNX names, shapes and dtypes."""
+
+    data: bytes
+    inputs: list[str]
+    outputs: list[str]
+    input_types: list[tuple[tuple[int, ...], numpy.dtype]]
+    output_types: list[tuple[tuple[int, ...], numpy.dtype]]
+
+
+class Converter:
+    """One ONNX graph being written as TFLite: ONNX names to `Value`s."""
+
+    def __init__(self, model: Any, constants: Mapping[str, numpy.ndarray]) -> None:
+        import onnx
+        from onnx import numpy_helper, shape_inference
+
+        self.onnx = onnx
+        inferred = shape_inference.infer_shapes(model, strict_mode=True)
+        self.graph = inferred.graph
+        self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
+        self.constants.update(constants)
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        for info in [*self.graph.input, *self.graph.value_info, *self.graph.output]:
+            dims = info.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                self.shapes[info.name] = tuple(d.dim_value for d in dims)
+        self.b = TfliteBuilder()
+        self.values: dict[str, Value] = {}
+
+    # -- reading ONNX ---------------------------------------------------------
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name in self.constants:
+            return tuple(self.constants[name].shape)
+        if name not in self.shapes:
+            raise NotMapped(f"value {name} has no static shape")
+        return self.shapes[name]
+
+    def value(self, name: str) -> Value:
+        """The Value of `name`; a constant is written when first read."""
+        if name not in self.values:
+            if name not in self.constants:
+                raise NotMapped(f"value {name} is read before it is written")
+            array = self.constants[name]
+            if array.dtype == numpy.int64:  # TFLite's index operands are int32
+                raise NotMapped(f"int64 constant {name} as data")
+            self.values[name] = Value(self.b.constant(array))
+        return self.values[name]
+
+    def tensor(self, name: str) -> int:
+        """`name`'s data laid out as ONNX sees it."""
+        return self.b.materialize(self.value(name))
+
+    def constant(self, node: Any, index: int) -> numpy.ndarray:
+        if index >= len(node.input) or node.input[index] not in self.constants:
+            raise NotMapped(f"{node.op_type} {node.name or node.output[0]}: input {index} "
+                            "is not a constant")
+        return self.constants[node.input[index]]
+
+    def attributes(self, node: Any) -> dict[str, Any]:
+        return {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+    # -- the whole graph ------------------------------------------------------
+    def convert(self) -> Converted:
+        graph = self.graph
+        inputs, input_infos = [], [i for i in graph.input if i.name not in self.constants]
+        for info in input_infos:
+            tensor = self.b.tensor(self.shape(info.name), self.dtype(info), name=info.name)
+            self.values[info.name] = Value(tensor)
+            inputs.append(tensor)
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                raise NotMapped(f"{node.op_type} of domain {node.domain}")
+            translate = TRANSLATORS.get(node.op_type)
+            if translate is None:
+                raise NotMapped(f"no TFLite form for ONNX {node.op_type}")
+            translate(self, node)
+        outputs = [self.tensor(info.name) for info in graph.output]
+        if len(set(outputs)) != len(outputs) or set(outputs) & set(inputs):
+            raise NotMapped("two outputs, or an output and an input, are one tensor")
+        for info, tensor in zip(graph.output, outputs):
+            if self.b.shapes[tensor] != self.shape(info.name):
+                raise NotMapped(f"output {info.name}: {self.b.shapes[tensor]}, "
+                                f"declared {self.shape(info.name)}")
+        return Converted(self.b.finish(inputs, outputs), [i.name for i in input_infos],
+                         [o.name for o in graph.output],
+                         [(self.shape(i.name), self.dtype(i)) for i in input_infos],
+                         [(self.shape(o.name), self.dtype(o)) for o in graph.output])
+
+    def dtype(self, info: Any) -> numpy.dtype:
+        return numpy.dtype(self.onnx.helper.tensor_dtype_to_np_dtype(
+            info.type.tensor_type.elem_type))
+
+    def set(self, name: str, value: Value) -> None:
+        self.values[name] = value
+
+
+# -- translators: one ONNX node each ---------------------------------------------
+
+def _transpose(c: Converter, node: Any) -> None:
+    perm = tuple(c.attributes(node)["perm"])
+    source = c.value(node.input[0])
+    c.set(node.output[0], Value(source.tensor, compose(perm, source.perm)))
+
+
+_UNARY = {"Relu": "RELU", "HardSwish": "HARD_SWISH", "Sigmoid": "LOGISTIC", "Tanh": "TANH",
+          "Identity": None}
+
+
+def _unary(c: Converter, node: Any) -> None:
+    """An elementwise node, applied to the tensor under a pending layout."""
+    source = c.value(node.input[0])
+    builtin = _UNARY[node.op_type]
+    out = source.tensor if builtin is None else c.b.unary(builtin, source.tensor)
+    c.set(node.output[0], Value(out, source.perm))
+
+
+def _gelu(c: Converter, node: Any) -> None:
+    source = c.value(node.input[0])
+    approximate = c.attributes(node).get("approximate", b"none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    out = c.b.unary("GELU", source.tensor, "GeluOptions", approximate=approximate == "tanh")
+    c.set(node.output[0], Value(out, source.perm))
+
+
+_CLAMPS = {(0.0, math.inf): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1",
+           (0.0, 1.0): "RELU_0_TO_1"}
+
+
+def _clip(c: Converter, node: Any) -> None:
+    source = c.value(node.input[0])
+    low = float(c.constant(node, 1)) if len(node.input) > 1 and node.input[1] else -math.inf
+    high = float(c.constant(node, 2)) if len(node.input) > 2 and node.input[2] else math.inf
+    out = source.tensor
+    if (builtin := _CLAMPS.get((low, high))) is not None:
+        out = c.b.unary(builtin, out)
+    else:
+        for bound, builtin in ((low, "MAXIMUM"), (high, "MINIMUM")):
+            if math.isfinite(bound):
+                result = c.b.like(out)
+                c.b.op(builtin, [out, c.b.scalar(bound)], [result])
+                out = result
+    c.set(node.output[0], Value(out, source.perm))
+
+
+def _hard_sigmoid(c: Converter, node: Any) -> None:
+    """max(0, min(1, alpha x + beta)): the same two roundings, then a clamp."""
+    attributes = c.attributes(node)
+    source = c.value(node.input[0])
+    scaled, shifted = c.b.like(source.tensor), c.b.like(source.tensor)
+    alpha = c.b.scalar(attributes.get("alpha", 0.2))
+    beta = c.b.scalar(attributes.get("beta", 0.5))
+    c.b.op("MUL", [source.tensor, alpha], [scaled], "MulOptions")
+    c.b.op("ADD", [scaled, beta], [shifted], "AddOptions")
+    c.set(node.output[0], Value(c.b.unary("RELU_0_TO_1", shifted), source.perm))
+
+
+_BINARY = {"Add": ("ADD", "AddOptions"), "Mul": ("MUL", "MulOptions"),
+           "Sub": ("SUB", "SubOptions"), "Div": ("DIV", "DivOptions")}
+
+
+def _binary(c: Converter, node: Any) -> None:
+    builtin, options = _BINARY[node.op_type]
+    left, right = (c.value(name) for name in node.input)
+    shape = c.shape(node.output[0])
+    scalar = [math.prod(c.shape(n)) == 1 and len(c.shape(n)) <= len(shape) for n in node.input]
+    if left.perm is not None and (left.perm == right.perm or scalar[1]) and \
+            c.shape(node.input[0]) == shape:
+        # Both in one pending layout (or a scalar): compute on the tensors as laid out.
+        perm = left.perm
+        operands = [left.tensor, right.tensor if right.perm == perm else c.tensor(node.input[1])]
+    else:
+        perm, operands = None, [c.tensor(n) for n in node.input]
+    out_shape = shape if perm is None else c.b.shapes[left.tensor]
+    out = c.b.tensor(out_shape, c.b.dtypes[operands[0]])
+    c.b.op(builtin, operands, [out], options)
+    c.set(node.output[0], Value(out, perm))
+
+
+def _padding(c: Converter, source: int, pads: list[int], kernel: tuple[int, int],
+             strides: tuple[int, int], dilations: tuple[int, int],
+             pad_value: float) -> tuple[int, int]:
+    """The input to read and the TFLite padding (SAME or VALID) that pad as ONNX
+    `pads` do, with a PAD operator (of `pad_value`) when neither does alone."""
+    S = c.b.S
+    n, h, w, ch = c.b.shapes[source]
+    if not any(pads):
+        return source, S.Padding.VALID
+    same = []
+    for size, k, s, d in zip((h, w), kernel, strides, dilations):
+        out = -(-size // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+        same.append((total // 2, total - total // 2))
+    top, left, bottom, right = pads
+    if [(top, bottom), (left, right)] == same:
+        return source, S.Padding.SAME
+    padded = c.b.tensor((n, h + top + bottom, w + left + right, ch))
+    amounts = c.b.constant(numpy.array([[0, 0], [top, bottom], [left, right], [0, 0]],
+                                       numpy.int32))
+    if pad_value == 0.0:
+        c.b.op("PAD", [source, amounts], [padded], "PadOptions")
+    else:
+        fill = c.b.scalar(pad_value)
+        c.b.op("PADV2", [source, amounts, fill], [padded], "PadV2Options")
+    return padded, S.Padding.VALID
+
+
+def _nhwc_input(c: Converter, name: str) -> int:
+    """An NCHW ONNX input as an NHWC tensor (free when it is a pending NCHW view)."""
+    source = c.value(name)
+    return c.b.materialize(Value(source.tensor, compose(NCHW_TO_NHWC, source.perm)))
+
+
+def _conv(c: Converter, node: Any) -> None:
+    attributes = c.attributes(node)
+    weight = c.constant(node, 1).astype(numpy.float32)
+    if weight.ndim != 4 or len(c.shape(node.input[0])) != 4:
+        raise NotMapped(f"Conv {node.output[0]}: only 2-d convolutions")
+    out_channels, per_group, kh, kw = weight.shape
+    in_channels = c.shape(node.input[0])[1]
+    group = attributes.get("group", 1)
+    bias = c.constant(node, 2).astype(numpy.float32) if len(node.input) > 2 and node.input[2] \
+        else numpy.zeros(out_channels, numpy.float32)
+    strides = tuple(attributes.get("strides", (1, 1)))
+    dilations = tuple(attributes.get("dilations", (1, 1)))
+    source, padding = _padding(c, _nhwc_input(c, node.input[0]), list(attributes.get(
+        "pads", (0, 0, 0, 0))), (kh, kw), strides, dilations, 0.0)
+    n, oc, oh, ow = c.shape(node.output[0])
+    out = c.b.tensor((n, oh, ow, oc))
+    fields = dict(padding=padding, strideH=strides[0], strideW=strides[1],
+                  dilationHFactor=dilations[0], dilationWFactor=dilations[1])
+    if group == 1:
+        filters = c.b.constant(weight.transpose(0, 2, 3, 1))  # OIHW -> OHWI
+        c.b.op("CONV_2D", [source, filters, c.b.constant(bias)], [out], "Conv2DOptions",
+               **fields)
+    elif group == in_channels and per_group == 1:
+        filters = c.b.constant(weight.reshape(out_channels, kh, kw).transpose(1, 2, 0)[None])
+        c.b.op("DEPTHWISE_CONV_2D", [source, filters, c.b.constant(bias)], [out],
+               "DepthwiseConv2DOptions", depthMultiplier=out_channels // in_channels, **fields)
+    else:
+        raise NotMapped(f"Conv {node.output[0]}: {group} groups")
+    c.set(node.output[0], Value(out, NHWC_TO_NCHW))
+
+
+def _max_pool(c: Converter, node: Any) -> None:
+    attributes = c.attributes(node)
+    if attributes.get("ceil_mode", 0) or any(d != 1 for d in attributes.get("dilations", [1])) \
+            or len(node.output) > 1:
+        raise NotMapped(f"MaxPool {node.output[0]}: ceil mode, dilation or indices")
+    kh, kw = attributes["kernel_shape"]
+    strides = tuple(attributes.get("strides", (1, 1)))
+    source, padding = _padding(c, _nhwc_input(c, node.input[0]), list(attributes.get(
+        "pads", (0, 0, 0, 0))), (kh, kw), strides, (1, 1), -math.inf)
+    n, ch, oh, ow = c.shape(node.output[0])
+    out = c.b.tensor((n, oh, ow, ch))
+    c.b.op("MAX_POOL_2D", [source], [out], "Pool2DOptions", padding=padding,
+           strideH=strides[0], strideW=strides[1], filterHeight=kh, filterWidth=kw)
+    c.set(node.output[0], Value(out, NHWC_TO_NCHW))
+
+
+def _reduce_mean(c: Converter, node: Any) -> None:
+    attributes = c.attributes(node)
+    if attributes.get("noop_with_empty_axes", 0):
+        raise NotMapped(f"ReduceMean {node.output[0]}: noop_with_empty_axes")
+    rank = len(c.shape(node.input[0]))
+    axes = sorted(int(a) % rank for a in c.constant(node, 1))
+    source = c.tensor(node.input[0])
+    out = c.b.tensor(c.shape(node.output[0]))
+    c.b.op("MEAN", [source, c.b.constant(numpy.array(axes, numpy.int32))], [out],
+           "ReducerOptions", keepDims=bool(attributes.get("keepdims", 1)))
+    c.set(node.output[0], Value(out))
+
+
+def _reshape(c: Converter, node: Any) -> None:
+    shape = c.shape(node.output[0])
+    out = c.b.like(c.tensor(node.input[0]), shape)
+    c.b.op("RESHAPE", [c.tensor(node.input[0]), c.b.constant(numpy.array(shape, numpy.int32))],
+           [out], "ReshapeOptions", newShape=list(shape))
+    c.set(node.output[0], Value(out))
+
+
+def _matmul(c: Converter, node: Any) -> None:
+    left = c.tensor(node.input[0])
+    shape = c.shape(node.output[0])
+    out = c.b.tensor(shape)
+    if node.input[1] in c.constants and c.constants[node.input[1]].ndim == 2:
+        weight = c.constants[node.input[1]].astype(numpy.float32)
+        c.b.op("FULLY_CONNECTED", [left, c.b.constant(weight.T.copy()), -1], [out],
+               "FullyConnectedOptions", keepNumDims=True)
+    else:
+        c.b.op("BATCH_MATMUL", [left, c.tensor(node.input[1])], [out], "BatchMatMulOptions")
+    c.set(node.output[0], Value(out))
+
+
+def _concat(c: Converter, node: Any) -> None:
+    rank = len(c.shape(node.output[0]))
+    axis = c.attributes(node)["axis"] % rank
+    out = c.b.tensor(c.shape(node.output[0]))
+    c.b.op("CONCATENATION", [c.tensor(n) for n in node.input], [out], "ConcatenationOptions",
+           axis=axis)
+    c.set(node.output[0], Value(out))
+
+
+def _softmax(c: Converter, node: Any) -> None:
+    rank = len(c.shape(node.input[0]))
+    if c.attributes(node).get("axis", -1) % rank != rank - 1:
+        raise NotMapped(f"Softmax {node.output[0]}: not over the last dim")
+    c.set(node.output[0], Value(c.b.unary("SOFTMAX", c.tensor(node.input[0]),
+                                          "SoftmaxOptions", beta=1.0)))
+
+
+TRANSLATORS: dict[str, Callable[[Converter, Any], None]] = {
+    "Transpose": _transpose, **{op: _unary for op in _UNARY}, "Gelu": _gelu, "Clip": _clip,
+    "HardSigmoid": _hard_sigmoid, **{op: _binary for op in _BINARY}, "Conv": _conv,
+    "MaxPool": _max_pool, "ReduceMean": _reduce_mean, "Reshape": _reshape, "MatMul": _matmul,
+    "Concat": _concat, "Softmax": _softmax,
+}
+
+
+def to_tflite(model: Any, constants: Mapping[str, numpy.ndarray] | None = None) -> Converted:
+    """`model` (an ONNX ModelProto exirc built) as a TFLite file; `constants`: graph
+    inputs whose data is fixed, written into the file. NotMapped when a node has
+    no TFLite form."""
+    return Converter(model, constants or {}).convert()

@@ -1,0 +1,188 @@
+"""Fused chains on LiteRT (XNNPACK): exirc.runtime.litert.
+
+A chain of XNNPACK delegates whose ONNX form has a TFLite form runs on one
+LiteRT interpreter. Checked against eager, against the same chain on
+onnxruntime and kernel by kernel, and on the layouts and paddings where a
+TFLite form could go wrong (pooling padded with negative inputs, strided
+convolutions whose padding is not TFLite's SAME, depthwise multipliers).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from exirc.compiler import CompileOptions, compile_module
+from exirc.errors import UsageError
+from exirc.runtime import load
+from exirc.runtime.fused_chain import FUSED, FUSED_ON_LITERT
+from exirc.runtime.method import Method
+from tests.models.zoo import ZOO, flatten_outputs
+from tests.runtime.test_onnx_chain import kernel_by_kernel
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+pytest.importorskip("ai_edge_litert")
+
+
+def compiled(build: Callable[[], nn.Module], *inputs: torch.Tensor) -> tuple[bytes, nn.Module]:
+    torch.manual_seed(0)
+    module = build().eval()
+    return compile_module(module, inputs, options=CompileOptions(target="xnnpack")).data, module
+
+
+def answers_as_everyone(method: Method, module: nn.Module, inputs: list[torch.Tensor],
+                        data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LiteRT's answers = eager's, the kernels' and onnxruntime's (within float32
+    rounding: XNNPACK sums in its own order)."""
+    with torch.no_grad():
+        expected = flatten_outputs(module(*inputs))
+    got = flatten_outputs(method.run(inputs))
+    separate = flatten_outputs(kernel_by_kernel(method, inputs))
+    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "onnxruntime")
+    on_onnxruntime = load(data).method("forward")
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE")
+    assert on_onnxruntime.execution.startswith(FUSED), on_onnxruntime.execution
+    other = flatten_outputs(on_onnxruntime.run(inputs))
+    for ours, want, kernels, ort in zip(got, expected, separate, other, strict=True):
+        assert ours.dtype == want.dtype and ours.shape == want.shape
+        for reference in (want, kernels, ort):
+            torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet_tiny", "mobilenet_tiny"])
+def test_zoo_models_run_on_litert_as_everywhere_else(name: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    model = ZOO[name]
+    inputs = list(model.inputs())
+    data, module = compiled(model.module, *inputs)
+    method = load(data).method("forward")
+    assert method.execution == FUSED_ON_LITERT, method.execution
+    answers_as_everyone(method, module, inputs, data, monkeypatch)
+    answers_as_everyone(method, module, [torch.randn_like(x) for x in inputs], data, monkeypatch)
+
+
+def tflite_operators(method: Method) -> collections.Counter[str]:
+    """The builtin operators of the method's LiteRT model, by name."""
+    runner = method._fused.litert.runner()
+    return collections.Counter(op["op_name"] for op in runner.interpreter._get_ops_details())
+
+
+def test_transposes_around_convolutions_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """exirc's chains wrap each convolution in NHWC<->NCHW transposes; none is left."""
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    model = ZOO["resnet_tiny"]
+    data, _ = compiled(model.module, *model.inputs())
+    operators = tflite_operators(load(data).method("forward"))
+    assert operators["CONV_2D"] >= 4 and operators["TRANSPOSE"] <= 1, operators
+
+
+class Paddings(nn.Module):
+    """Max pooling padded over all-negative values (a zero pad would win the max),
+    a strided convolution whose padding is not TFLite's SAME, a stride-1 one
+    whose padding is, a depthwise convolution with a channel multiplier of 2,
+    clamps of each kind and a hard sigmoid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.strided = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.same = nn.Conv2d(4, 4, 5, padding=2)
+        self.depthwise = nn.Conv2d(4, 8, 3, padding=1, groups=4)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pooled = self.pool(self.strided(x) - 100.0)
+        y = self.depthwise(torch.clamp(self.same(pooled + 100.0), -0.5, 2.0))
+        return pooled, nn.functional.hardsigmoid(nn.functional.relu6(y)) + torch.clamp(y, max=1.0)
+
+
+def test_paddings_pools_and_clamps_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    x = torch.randn(2, 3, 16, 14)
+    data, module = compiled(Paddings, x)
+    method = load(data).method("forward")
+    assert method.execution == FUSED_ON_LITERT, method.execution
+    answers_as_everyone(method, module, [x], data, monkeypatch)
+    operators = tflite_operators(method)
+    assert operators["DEPTHWISE_CONV_2D"] == 1 and operators["PADV2"] == 1, operators
+
+
+class Grouped(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 3, groups=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+def test_a_node_with_no_tflite_form_stays_on_onnxruntime_and_says_why(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    x = torch.randn(1, 4, 8, 8)
+    data, module = compiled(Grouped, x)
+    method = load(data).method("forward")
+    assert method.execution.startswith(FUSED), method.execution
+    assert "not on LiteRT: Conv" in method.execution and "2 groups" in method.execution
+    with torch.no_grad():
+        torch.testing.assert_close(method.run([x])[0], module(x), rtol=1e-5, atol=1e-5)
+
+
+def test_results_kept_by_the_caller_are_never_overwritten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    model = ZOO["mobilenet_tiny"]
+    inputs = list(model.inputs())
+    data, module = compiled(model.module, *inputs)
+    method = load(data).method("forward")
+    first = method.run(inputs)[0]
+    kept = first.clone()
+    other = [torch.randn_like(x) for x in inputs]
+    second = method.run(other)[0]
+    torch.testing.assert_close(first, kept, rtol=0, atol=0)
+    assert not torch.equal(first, second)
+    # A strided input is refused by the interpreter's copy and runs kernel by kernel.
+    strided = torch.randn(inputs[0].shape[0], *inputs[0].shape[1:][::-1]).transpose(1, 3)
+    assert not strided.is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(method.run([strided])[0], module(strided),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_each_thread_count_has_its_own_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    model = ZOO["resnet_tiny"]
+    inputs = list(model.inputs())
+    data, _ = compiled(model.module, *inputs)
+    method = load(data).method("forward")
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = method.run(inputs)[0].clone()
+        torch.set_num_threads(2)
+        two = method.run(inputs)[0].clone()
+    finally:
+        torch.set_num_threads(saved)
+    assert set(method._fused.litert._runners) >= {1, 2}
+    torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-6)
+
+
+def test_the_engine_variable_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = ZOO["mlp"]
+    data, _ = compiled(model.module, *model.inputs())
+    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "onnxruntime")
+    method = load(data).method("forward")
+    assert method.execution == f"{FUSED} (not on LiteRT: EXIRC_XNNPACK_ENGINE=onnxruntime)"
+    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "litert")
+    assert load(data).method("forward").execution == FUSED_ON_LITERT
+    monkeypatch.setattr("exirc.runtime.litert.chain.litert_available", lambda: False)
+    with pytest.raises(UsageError, match="ai-edge-litert is not installed"):
+        load(data).method("forward")
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE")
+    method = load(data).method("forward")
+    assert method.execution == f"{FUSED} (not on LiteRT: ai-edge-litert is not installed)"
