@@ -95,10 +95,11 @@ class FusedChain:
             for memory in self.outputs.values():
                 if memory.held_elsewhere():
                     memory.renew(_unbound)
-            self.litert.run(tensors, [memory.tensor for memory in self.outputs.values()])
+            outputs = [memory.tensor for memory in self.outputs.values()]
+            self.litert.run(tensors, outputs if self.floor is None else [*outputs, self.floor])
         except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
             return False
-        return True
+        return self._floor_view is None or self._floor_view.value >= 0
 
     def results(self, given: Sequence[Any], positions: Mapping[int, int], env: list[Any],
                 values: list[int], copy: Callable[[Any], Any]) -> list[Any]:

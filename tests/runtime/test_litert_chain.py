@@ -186,3 +186,27 @@ def test_the_engine_variable_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EXIRC_XNNPACK_ENGINE")
     method = load(data).method("forward")
     assert method.execution == f"{FUSED} (not on LiteRT: ai-edge-litert is not installed)"
+
+
+class ZeroDims(nn.Module):
+    """A 0-d input and a 0-d output (LiteRT's binding reads a 0-d tensor out as a
+    scalar, not a view of its memory: they are [1] in the file), and any/all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = self.linear(x) * scale
+        return y, torch.any(y > 1.0), torch.all(y > -1.0, dim=-1)
+
+
+def test_zero_dim_inputs_and_outputs_are_copied_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    x, scale = torch.randn(3, 6), torch.tensor(2.0)
+    data, module = compiled(ZeroDims, x, scale)
+    method = load(data).method("forward")
+    assert method.execution == FUSED_ON_LITERT, method.execution
+    for value in (0.0, 2.0, -5.0, 100.0):
+        answers_as_everyone(method, module, [x, torch.tensor(value)], data, monkeypatch)

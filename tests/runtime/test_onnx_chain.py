@@ -77,6 +77,7 @@ def test_outputs_survive_the_next_run_and_new_inputs_are_read() -> None:
                                    atol=model.atol)
 
 
+@pytest.mark.usefixtures("chains_on_onnxruntime")
 def test_a_change_of_thread_count_makes_a_session_for_it() -> None:
     model = ZOO["bert"]
     if not model.available:
@@ -142,13 +143,29 @@ def test_any_and_all_run_fused_on_the_bools_with_the_kernels_answers() -> None:
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
+# Each fused engine: onnxruntime's Gather wraps -1, LiteRT's refuses the call.
+ENGINES = pytest.mark.parametrize("engine", ["onnxruntime", "litert"])
+
+
+def forward_on(name: str, engine: str, monkeypatch: pytest.MonkeyPatch) -> Method:
+    """The program's forward with its chain fused on `engine`."""
+    if engine == "litert":
+        pytest.importorskip("ai_edge_litert")
+    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", engine)
+    method = forward(name)
+    assert method._fused is not None and (method._fused.litert is None) == (
+        engine == "onnxruntime"), method.execution
+    return method
+
+
+@ENGINES
 @pytest.mark.parametrize("bad_id", [-1, 10_000], ids=["negative", "past_the_end"])
-def test_an_index_the_session_would_wrap_or_refuse_fails_as_the_kernel_does(bad_id: int) -> None:
+def test_an_index_the_session_would_wrap_or_refuse_fails_as_the_kernel_does(
+        bad_id: int, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # ONNX Gather wraps -1 to the last row; torch's embedding raises. The fused
     # run must not answer: it falls back and the kernel's located error is raised.
     model = ZOO["embedding_classifier"]
-    method = forward("embedding_classifier")
-    assert method._fused is not None
+    method = forward_on("embedding_classifier", engine, monkeypatch)
     inputs = [t.clone() for t in model.inputs()]
     inputs[0].view(-1)[1] = bad_id
     fused_error = fails_as_the_kernels_do(method, inputs)
@@ -158,14 +175,15 @@ def test_an_index_the_session_would_wrap_or_refuse_fails_as_the_kernel_does(bad_
                                rtol=model.rtol, atol=model.atol)
 
 
+@ENGINES
 @pytest.mark.parametrize("position", [0, 1], ids=["input_ids", "token_type_ids"])
 def test_a_negative_index_into_either_of_two_embeddings_fails_as_the_kernel_does(
-        position: int) -> None:
+        position: int, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # BERT's chain reads two index inputs: the least index over both guards the run.
     model = ZOO["bert"]
     if not model.available:
         pytest.skip("bert needs transformers")
-    method = forward("bert")
+    method = forward_on("bert", engine, monkeypatch)
     assert method._fused is not None and method._fused.floor is not None
     inputs = [t.clone() for t in model.inputs()]
     inputs[position].view(-1)[3] = -1

@@ -17,9 +17,11 @@ requires the package (a UsageError without it) and otherwise behaves as auto.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from exirc.errors import UsageError
+from exirc.runtime.fused_chain import FLOOR
 from exirc.runtime.litert.engine import LiteRtChain, litert_available
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
 from exirc.runtime.xnnpack.onnx_engine import ENGINE_VARIABLE, requested_engine
@@ -42,8 +44,6 @@ def litert_form(chain: FusedChain, has_delegates: bool) -> tuple[LiteRtChain | N
         return None, "ai-edge-litert is not installed"
     if not has_delegates:
         return None, "a chain of kernels alone stays on onnxruntime's exact kernels"
-    if chain.floor is not None:
-        return None, "it checks embedding indices, which LiteRT's form does not"
     import onnx
 
     from exirc.runtime.litert.onnx_to_tflite import to_tflite
@@ -55,9 +55,15 @@ def litert_form(chain: FusedChain, has_delegates: bool) -> tuple[LiteRtChain | N
         converted = to_tflite(model, constants)
     except NotMapped as reason:
         return None, str(reason)
+    outputs = [memory.name for memory in chain.outputs.values()]
     if converted.inputs != [name for name, _ in chain.inputs] or \
-            converted.outputs != [memory.name for memory in chain.outputs.values()]:
+            converted.outputs != outputs + ([FLOOR] if chain.floor is not None else []):
         return None, "its inputs or outputs are not the chain's"
+    memory = [m.tensor for m in chain.outputs.values()] + (
+        [chain.floor] if chain.floor is not None else [])
+    if [t.numel() * t.element_size() for t in memory] != [
+            math.prod(shape) * dtype.itemsize for shape, dtype in converted.output_types]:
+        return None, "its outputs are not the size of the chain's"
     litert = LiteRtChain(converted.data, converted.input_types, converted.output_types)
     try:
         litert.runner()

@@ -91,7 +91,10 @@ class _Runner:
         # small MLP ~1): TFLite moves a tensor only when it allocates again (a
         # resize, which nothing here calls) or for a tensor of dynamic shape, which
         # a chain's model, static shapes and constant shape operands, never has.
-        # Two runs confirm it for this interpreter before it is used.
+        # Two runs confirm it for this interpreter before it is used (on zeros: an
+        # embedding's indices must be in range).
+        for address, size in self.inputs:
+            ctypes.memset(address, 0, size)
         for _ in range(2):
             self._invoke(0)
             if [a for a, _ in self.inputs + self.outputs] != [
@@ -111,7 +114,10 @@ def _address(interpreter: Any, index: int) -> int:
     """Where tensor `index`'s data is, through a view dropped at once (the public
     `Interpreter.invoke` refuses to run while one is alive)."""
     inner = interpreter._interpreter
-    return int(inner.tensor(inner, index).__array_interface__["data"][0])
+    view = inner.tensor(inner, index)
+    if not isinstance(view, numpy.ndarray) or view.ndim == 0 or view.base is None:
+        raise RuntimeError(f"LiteRT gave no view of tensor {index}'s memory")
+    return int(view.__array_interface__["data"][0])
 
 
 def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy
 
 from exirc.runtime.litert.tflite_builder import TfliteBuilder, Value, compose
+from exirc.runtime.litert.tflite_selection import SELECTION
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
@@ -30,7 +31,8 @@ NHWC_TO_NCHW = (0, 3, 1, 2)
 
 @dataclass(frozen=True)
 class Converted:
-    """A TFLite file, and its inputs and outputs: ONNX names, shapes and dtypes."""
+    """A TFLite file, and its inputs and outputs: ONNX names, and the file's shapes
+    (a 0-d value is [1] there) and dtypes."""
 
     data: bytes
     inputs: list[str]
@@ -72,10 +74,7 @@ class Converter:
         if name not in self.values:
             if name not in self.constants:
                 raise NotMapped(f"value {name} is read before it is written")
-            array = self.constants[name]
-            if array.dtype == numpy.int64:  # TFLite's index operands are int32
-                raise NotMapped(f"int64 constant {name} as data")
-            self.values[name] = Value(self.b.constant(array))
+            self.values[name] = Value(self.b.constant(self.constants[name]))
         return self.values[name]
 
     def tensor(self, name: str) -> int:
@@ -96,9 +95,13 @@ class Converter:
         graph = self.graph
         inputs, input_infos = [], [i for i in graph.input if i.name not in self.constants]
         for info in input_infos:
-            tensor = self.b.tensor(self.shape(info.name), self.dtype(info), name=info.name)
-            self.values[info.name] = Value(tensor)
+            # The Python binding reads a 0-d tensor out as a scalar, not a view of its
+            # memory: the file's inputs and outputs are at least 1-d (the same bytes).
+            tensor = self.b.tensor(_at_least_1d(self.shape(info.name)), self.dtype(info),
+                                   name=info.name)
             inputs.append(tensor)
+            self.values[info.name] = Value(tensor if self.shape(info.name) else
+                                           self._reshaped(tensor, ()))
         for node in graph.node:
             if node.domain not in ("", "ai.onnx"):
                 raise NotMapped(f"{node.op_type} of domain {node.domain}")
@@ -106,17 +109,25 @@ class Converter:
             if translate is None:
                 raise NotMapped(f"no TFLite form for ONNX {node.op_type}")
             translate(self, node)
-        outputs = [self.tensor(info.name) for info in graph.output]
-        if len(set(outputs)) != len(outputs) or set(outputs) & set(inputs):
-            raise NotMapped("two outputs, or an output and an input, are one tensor")
-        for info, tensor in zip(graph.output, outputs):
+        outputs = []
+        for info in graph.output:
+            tensor = self.tensor(info.name)
             if self.b.shapes[tensor] != self.shape(info.name):
                 raise NotMapped(f"output {info.name}: {self.b.shapes[tensor]}, "
                                 f"declared {self.shape(info.name)}")
+            outputs.append(tensor if self.b.shapes[tensor] else self._reshaped(tensor, (1,)))
+        if len(set(outputs)) != len(outputs) or set(outputs) & set(inputs):
+            raise NotMapped("two outputs, or an output and an input, are one tensor")
         return Converted(self.b.finish(inputs, outputs), [i.name for i in input_infos],
                          [o.name for o in graph.output],
-                         [(self.shape(i.name), self.dtype(i)) for i in input_infos],
-                         [(self.shape(o.name), self.dtype(o)) for o in graph.output])
+                         [(self.b.shapes[t], self.b.dtypes[t]) for t in inputs],
+                         [(self.b.shapes[t], self.b.dtypes[t]) for t in outputs])
+
+    def _reshaped(self, tensor: int, shape: tuple[int, ...]) -> int:
+        out = self.b.like(tensor, shape)
+        self.b.op("RESHAPE", [tensor, self.b.constant(numpy.array(shape, numpy.int32))], [out],
+                  "ReshapeOptions", newShape=list(shape))
+        return out
 
     def dtype(self, info: Any) -> numpy.dtype:
         return numpy.dtype(self.onnx.helper.tensor_dtype_to_np_dtype(
@@ -124,6 +135,10 @@ class Converter:
 
     def set(self, name: str, value: Value) -> None:
         self.values[name] = value
+
+
+def _at_least_1d(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape or (1,)
 
 
 # -- translators: one ONNX node each ---------------------------------------------
@@ -135,7 +150,8 @@ def _transpose(c: Converter, node: Any) -> None:
 
 
 _UNARY = {"Relu": "RELU", "HardSwish": "HARD_SWISH", "Sigmoid": "LOGISTIC", "Tanh": "TANH",
-          "Identity": None}
+          "Neg": "NEG", "Exp": "EXP", "Sqrt": "SQRT", "Abs": "ABS", "Log": "LOG",
+          "Not": "LOGICAL_NOT", "Identity": None}
 
 
 def _unary(c: Converter, node: Any) -> None:
@@ -289,19 +305,6 @@ def _max_pool(c: Converter, node: Any) -> None:
     c.set(node.output[0], Value(out, NHWC_TO_NCHW))
 
 
-def _reduce_mean(c: Converter, node: Any) -> None:
-    attributes = c.attributes(node)
-    if attributes.get("noop_with_empty_axes", 0):
-        raise NotMapped(f"ReduceMean {node.output[0]}: noop_with_empty_axes")
-    rank = len(c.shape(node.input[0]))
-    axes = sorted(int(a) % rank for a in c.constant(node, 1))
-    source = c.tensor(node.input[0])
-    out = c.b.tensor(c.shape(node.output[0]))
-    c.b.op("MEAN", [source, c.b.constant(numpy.array(axes, numpy.int32))], [out],
-           "ReducerOptions", keepDims=bool(attributes.get("keepdims", 1)))
-    c.set(node.output[0], Value(out))
-
-
 def _reshape(c: Converter, node: Any) -> None:
     shape = c.shape(node.output[0])
     out = c.b.like(c.tensor(node.input[0]), shape)
@@ -340,11 +343,43 @@ def _softmax(c: Converter, node: Any) -> None:
                                           "SoftmaxOptions", beta=1.0)))
 
 
+def _layer_norm(c: Converter, node: Any) -> None:
+    """LayerNormalization as means, a difference, a square and a reciprocal root:
+    two passes over the data, as torch's kernel computes it."""
+    attributes = c.attributes(node)
+    if any(node.output[1:]):
+        raise NotMapped(f"LayerNormalization {node.output[0]}: mean or inverse deviation read")
+    if attributes.get("stash_type", 1) != 1:
+        raise NotMapped(f"LayerNormalization {node.output[0]}: stash type")
+    source = c.tensor(node.input[0])
+    shape = c.b.shapes[source]
+    first = attributes.get("axis", -1) % len(shape)
+    axes = c.b.constant(numpy.arange(first, len(shape), dtype=numpy.int32))
+    reduced = shape[:first] + (1,) * (len(shape) - first)
+    mean, variance, shifted, scale = (c.b.like(source, reduced) for _ in range(4))
+    centered, squared = c.b.like(source), c.b.like(source)
+    c.b.op("MEAN", [source, axes], [mean], "ReducerOptions", keepDims=True)
+    c.b.op("SUB", [source, mean], [centered], "SubOptions")
+    c.b.op("MUL", [centered, centered], [squared], "MulOptions")
+    c.b.op("MEAN", [squared, axes], [variance], "ReducerOptions", keepDims=True)
+    c.b.op("ADD", [variance, c.b.scalar(attributes.get("epsilon", 1e-5))], [shifted],
+           "AddOptions")
+    c.b.op("RSQRT", [shifted], [scale])
+    out = c.b.like(source)
+    c.b.op("MUL", [centered, scale], [out], "MulOptions")
+    for index, builtin, options in ((1, "MUL", "MulOptions"), (2, "ADD", "AddOptions")):
+        if len(node.input) > index and node.input[index]:
+            result = c.b.like(source)
+            c.b.op(builtin, [out, c.tensor(node.input[index])], [result], options)
+            out = result
+    c.set(node.output[0], Value(out))
+
+
 TRANSLATORS: dict[str, Callable[[Converter, Any], None]] = {
     "Transpose": _transpose, **{op: _unary for op in _UNARY}, "Gelu": _gelu, "Clip": _clip,
     "HardSigmoid": _hard_sigmoid, **{op: _binary for op in _BINARY}, "Conv": _conv,
-    "MaxPool": _max_pool, "ReduceMean": _reduce_mean, "Reshape": _reshape, "MatMul": _matmul,
-    "Concat": _concat, "Softmax": _softmax,
+    "MaxPool": _max_pool, "Reshape": _reshape, "MatMul": _matmul,
+    "Concat": _concat, "Softmax": _softmax, "LayerNormalization": _layer_norm, **SELECTION,
 }
 
 
