@@ -210,3 +210,48 @@ def test_zero_dim_inputs_and_outputs_are_copied_whole(monkeypatch: pytest.Monkey
     assert method.execution == FUSED_ON_LITERT, method.execution
     for value in (0.0, 2.0, -5.0, 100.0):
         answers_as_everyone(method, module, [x, torch.tensor(value)], data, monkeypatch)
+
+
+class Pools(nn.Module):
+    """Average pools LiteRT divides as torch does (no padding; padding torch does
+    not count, equal to TFLite's SAME), leaky ReLU, PReLU, and a broadcast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.plain = nn.AvgPool2d(2)
+        self.same = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
+        self.prelu = nn.PReLU(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.leaky_relu(self.conv(x), 0.2)
+        return self.prelu(self.same(self.plain(y))) + torch.ones(4, 1, 1).expand(4, 5, 6)
+
+
+def test_pools_and_leaky_activations_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    x = torch.randn(2, 3, 10, 12)
+    data, module = compiled(Pools, x)
+    method = load(data).method("forward")
+    assert method.execution == FUSED_ON_LITERT, method.execution
+    answers_as_everyone(method, module, [x], data, monkeypatch)
+    assert tflite_operators(method)["AVERAGE_POOL_2D"] == 2
+
+
+class CountedPadding(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.avg_pool2d(torch.relu(x), 3, stride=1, padding=1)
+
+
+def test_an_average_pool_counting_its_padding_stays_on_onnxruntime(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """TFLite divides by the elements inside the input; torch, by default, by all."""
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    x = torch.randn(1, 2, 6, 6)
+    data, module = compiled(CountedPadding, x)
+    method = load(data).method("forward")
+    if method._fused is None:
+        pytest.skip(f"not fused at all: {method.execution}")
+    assert "not on LiteRT" in method.execution, method.execution
+    with torch.no_grad():
+        torch.testing.assert_close(method.run([x])[0], module(x), rtol=1e-5, atol=1e-6)

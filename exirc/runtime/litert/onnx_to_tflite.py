@@ -23,10 +23,8 @@ import numpy
 
 from exirc.runtime.litert.tflite_builder import TfliteBuilder, Value, compose
 from exirc.runtime.litert.tflite_selection import SELECTION
+from exirc.runtime.litert.tflite_spatial import SPATIAL
 from exirc.runtime.xnnpack.onnx_builder import NotMapped
-
-NCHW_TO_NHWC = (0, 2, 3, 1)
-NHWC_TO_NCHW = (0, 3, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -58,6 +56,10 @@ class Converter:
             dims = info.type.tensor_type.shape.dim
             if all(d.HasField("dim_value") for d in dims):
                 self.shapes[info.name] = tuple(d.dim_value for d in dims)
+        # What some node or the graph's outputs read: an output no one reads is
+        # one a translation may leave unwritten (LayerNorm's mean and rstd).
+        self.read = {name for node in self.graph.node for name in node.input} | {
+            info.name for info in self.graph.output}
         self.b = TfliteBuilder()
         self.values: dict[str, Value] = {}
 
@@ -162,6 +164,29 @@ def _unary(c: Converter, node: Any) -> None:
     c.set(node.output[0], Value(out, source.perm))
 
 
+def _leaky_relu(c: Converter, node: Any) -> None:
+    source = c.value(node.input[0])
+    out = c.b.unary("LEAKY_RELU", source.tensor, "LeakyReluOptions",
+                    alpha=float(c.attributes(node).get("alpha", 0.01)))
+    c.set(node.output[0], Value(out, source.perm))
+
+
+def _prelu(c: Converter, node: Any) -> None:
+    source = c.tensor(node.input[0])
+    out = c.b.like(source)
+    c.b.op("PRELU", [source, c.tensor(node.input[1])], [out])
+    c.set(node.output[0], Value(out))
+
+
+def _expand(c: Converter, node: Any) -> None:
+    shape = c.shape(node.output[0])
+    source = c.tensor(node.input[0])
+    out = c.b.like(source, shape)
+    c.b.op("BROADCAST_TO", [source, c.b.constant(numpy.array(shape, numpy.int32))], [out],
+           "BroadcastToOptions")
+    c.set(node.output[0], Value(out))
+
+
 def _gelu(c: Converter, node: Any) -> None:
     source = c.value(node.input[0])
     approximate = c.attributes(node).get("approximate", b"none")
@@ -224,87 +249,6 @@ def _binary(c: Converter, node: Any) -> None:
     c.set(node.output[0], Value(out, perm))
 
 
-def _padding(c: Converter, source: int, pads: list[int], kernel: tuple[int, int],
-             strides: tuple[int, int], dilations: tuple[int, int],
-             pad_value: float) -> tuple[int, int]:
-    """The input to read and the TFLite padding (SAME or VALID) that pad as ONNX
-    `pads` do, with a PAD operator (of `pad_value`) when neither does alone."""
-    S = c.b.S
-    n, h, w, ch = c.b.shapes[source]
-    if not any(pads):
-        return source, S.Padding.VALID
-    same = []
-    for size, k, s, d in zip((h, w), kernel, strides, dilations):
-        out = -(-size // s)
-        total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
-        same.append((total // 2, total - total // 2))
-    top, left, bottom, right = pads
-    if [(top, bottom), (left, right)] == same:
-        return source, S.Padding.SAME
-    padded = c.b.tensor((n, h + top + bottom, w + left + right, ch))
-    amounts = c.b.constant(numpy.array([[0, 0], [top, bottom], [left, right], [0, 0]],
-                                       numpy.int32))
-    if pad_value == 0.0:
-        c.b.op("PAD", [source, amounts], [padded], "PadOptions")
-    else:
-        fill = c.b.scalar(pad_value)
-        c.b.op("PADV2", [source, amounts, fill], [padded], "PadV2Options")
-    return padded, S.Padding.VALID
-
-
-def _nhwc_input(c: Converter, name: str) -> int:
-    """An NCHW ONNX input as an NHWC tensor (free when it is a pending NCHW view)."""
-    source = c.value(name)
-    return c.b.materialize(Value(source.tensor, compose(NCHW_TO_NHWC, source.perm)))
-
-
-def _conv(c: Converter, node: Any) -> None:
-    attributes = c.attributes(node)
-    weight = c.constant(node, 1).astype(numpy.float32)
-    if weight.ndim != 4 or len(c.shape(node.input[0])) != 4:
-        raise NotMapped(f"Conv {node.output[0]}: only 2-d convolutions")
-    out_channels, per_group, kh, kw = weight.shape
-    in_channels = c.shape(node.input[0])[1]
-    group = attributes.get("group", 1)
-    bias = c.constant(node, 2).astype(numpy.float32) if len(node.input) > 2 and node.input[2] \
-        else numpy.zeros(out_channels, numpy.float32)
-    strides = tuple(attributes.get("strides", (1, 1)))
-    dilations = tuple(attributes.get("dilations", (1, 1)))
-    source, padding = _padding(c, _nhwc_input(c, node.input[0]), list(attributes.get(
-        "pads", (0, 0, 0, 0))), (kh, kw), strides, dilations, 0.0)
-    n, oc, oh, ow = c.shape(node.output[0])
-    out = c.b.tensor((n, oh, ow, oc))
-    fields = dict(padding=padding, strideH=strides[0], strideW=strides[1],
-                  dilationHFactor=dilations[0], dilationWFactor=dilations[1])
-    if group == 1:
-        filters = c.b.constant(weight.transpose(0, 2, 3, 1))  # OIHW -> OHWI
-        c.b.op("CONV_2D", [source, filters, c.b.constant(bias)], [out], "Conv2DOptions",
-               **fields)
-    elif group == in_channels and per_group == 1:
-        filters = c.b.constant(weight.reshape(out_channels, kh, kw).transpose(1, 2, 0)[None])
-        c.b.op("DEPTHWISE_CONV_2D", [source, filters, c.b.constant(bias)], [out],
-               "DepthwiseConv2DOptions", depthMultiplier=out_channels // in_channels, **fields)
-    else:
-        raise NotMapped(f"Conv {node.output[0]}: {group} groups")
-    c.set(node.output[0], Value(out, NHWC_TO_NCHW))
-
-
-def _max_pool(c: Converter, node: Any) -> None:
-    attributes = c.attributes(node)
-    if attributes.get("ceil_mode", 0) or any(d != 1 for d in attributes.get("dilations", [1])) \
-            or len(node.output) > 1:
-        raise NotMapped(f"MaxPool {node.output[0]}: ceil mode, dilation or indices")
-    kh, kw = attributes["kernel_shape"]
-    strides = tuple(attributes.get("strides", (1, 1)))
-    source, padding = _padding(c, _nhwc_input(c, node.input[0]), list(attributes.get(
-        "pads", (0, 0, 0, 0))), (kh, kw), strides, (1, 1), -math.inf)
-    n, ch, oh, ow = c.shape(node.output[0])
-    out = c.b.tensor((n, oh, ow, ch))
-    c.b.op("MAX_POOL_2D", [source], [out], "Pool2DOptions", padding=padding,
-           strideH=strides[0], strideW=strides[1], filterHeight=kh, filterWidth=kw)
-    c.set(node.output[0], Value(out, NHWC_TO_NCHW))
-
-
 def _reshape(c: Converter, node: Any) -> None:
     shape = c.shape(node.output[0])
     out = c.b.like(c.tensor(node.input[0]), shape)
@@ -347,7 +291,7 @@ def _layer_norm(c: Converter, node: Any) -> None:
     """LayerNormalization as means, a difference, a square and a reciprocal root:
     two passes over the data, as torch's kernel computes it."""
     attributes = c.attributes(node)
-    if any(node.output[1:]):
+    if any(name in c.read for name in node.output[1:]):
         raise NotMapped(f"LayerNormalization {node.output[0]}: mean or inverse deviation read")
     if attributes.get("stash_type", 1) != 1:
         raise NotMapped(f"LayerNormalization {node.output[0]}: stash type")
@@ -377,9 +321,10 @@ def _layer_norm(c: Converter, node: Any) -> None:
 
 TRANSLATORS: dict[str, Callable[[Converter, Any], None]] = {
     "Transpose": _transpose, **{op: _unary for op in _UNARY}, "Gelu": _gelu, "Clip": _clip,
-    "HardSigmoid": _hard_sigmoid, **{op: _binary for op in _BINARY}, "Conv": _conv,
-    "MaxPool": _max_pool, "Reshape": _reshape, "MatMul": _matmul,
-    "Concat": _concat, "Softmax": _softmax, "LayerNormalization": _layer_norm, **SELECTION,
+    "HardSigmoid": _hard_sigmoid, **{op: _binary for op in _BINARY}, **SPATIAL,
+    "Reshape": _reshape, "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Expand": _expand,
+    "MatMul": _matmul, "Concat": _concat, "Softmax": _softmax,
+    "LayerNormalization": _layer_norm, **SELECTION,
 }
 
 

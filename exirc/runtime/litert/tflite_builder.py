@@ -28,6 +28,9 @@ def schema() -> Any:
     return importlib.import_module("ai_edge_litert.schema_py_generated")
 
 
+# Operators whose kernels are registered from a version after 1.
+_FIRST_VERSION = {"BROADCAST_TO": 2}
+
 _TYPES = {numpy.dtype(numpy.float32): "FLOAT32", numpy.dtype(numpy.int32): "INT32",
           numpy.dtype(numpy.int64): "INT64", numpy.dtype(numpy.bool_): "BOOL"}
 
@@ -153,9 +156,10 @@ class TfliteBuilder:
         model.description = "exirc"
         model.subgraphs, model.buffers = [subgraph], self.buffers
         model.operatorCodes = []
+        versions = {getattr(S.BuiltinOperator, name): v for name, v in _FIRST_VERSION.items()}
         for code in sorted(self.codes, key=self.codes.__getitem__):
             entry = S.OperatorCodeT()
-            entry.builtinCode, entry.version = code, 1
+            entry.builtinCode, entry.version = code, versions.get(code, 1)
             # Readers before the 8-bit code ran out look at the deprecated field;
             # 127 says "see builtinCode".
             entry.deprecatedBuiltinCode = min(code, 127)
