@@ -55,6 +55,8 @@ def litert_form(chain: FusedChain, has_delegates: bool) -> tuple[LiteRtChain | N
         converted = to_tflite(model, constants)
     except NotMapped as reason:
         return None, str(reason)
+    except Exception as error:  # noqa: BLE001 (a model no translator foresaw: onnxruntime's)
+        return None, f"writing its TFLite form failed: {type(error).__name__}: {error}"
     outputs = [memory.name for memory in chain.outputs.values()]
     if converted.inputs != [name for name, _ in chain.inputs] or \
             converted.outputs != outputs + ([FLOOR] if chain.floor is not None else []):

@@ -234,6 +234,9 @@ _BINARY = {"Add": ("ADD", "AddOptions"), "Mul": ("MUL", "MulOptions"),
 def _binary(c: Converter, node: Any) -> None:
     builtin, options = _BINARY[node.op_type]
     left, right = (c.value(name) for name in node.input)
+    if node.op_type == "Div" and c.b.dtypes[left.tensor].kind != "f":
+        # An integer division by zero traps in TFLite's kernel: the process would die.
+        raise NotMapped(f"Div {node.output[0]} of integers")
     shape = c.shape(node.output[0])
     scalar = [math.prod(c.shape(n)) == 1 and len(c.shape(n)) <= len(shape) for n in node.input]
     if left.perm is not None and (left.perm == right.perm or scalar[1]) and \
