@@ -1,4 +1,5 @@
-"""A fused chain at run time: one onnxruntime session that does a method's work.
+"""A fused chain at run time: one onnxruntime session (or LiteRT interpreter,
+`litert.engine`, which copies inputs in and outputs out) that does a method's work.
 
 `onnx_chain.fuse_chain` builds it at load (when and why: that module's
 docstring). Each run reads the caller's checked inputs in place, binding again

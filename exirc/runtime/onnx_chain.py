@@ -37,6 +37,9 @@ input is not laid out row by row. Nothing the session writes is read before
 the kernels rewrite it then, and inputs are never written, so the second run
 computes (or refuses) exactly as the kernels always did.
 Profiled and observed runs always go kernel by kernel.
+
+A chain with a delegate runs on LiteRT's XNNPACK instead of onnxruntime when
+its ONNX form has a TFLite form (`litert.chain`), under the same contract.
 """
 
 from __future__ import annotations

@@ -35,6 +35,16 @@ def compiled(build: Callable[[], nn.Module], *inputs: torch.Tensor) -> tuple[byt
     return compile_module(module, inputs, options=CompileOptions(target="xnnpack")).data, module
 
 
+def on_litert(build: Callable[[], nn.Module], inputs: list[torch.Tensor],
+              monkeypatch: pytest.MonkeyPatch) -> tuple[Method, nn.Module, bytes]:
+    """The module compiled for xnnpack and loaded with its chain on LiteRT."""
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    data, module = compiled(build, *inputs)
+    method = load(data).method("forward")
+    assert method.execution == FUSED_ON_LITERT, method.execution
+    return method, module, data
+
+
 def answers_as_everyone(method: Method, module: nn.Module, inputs: list[torch.Tensor],
                         data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     """LiteRT's answers = eager's, the kernels' and onnxruntime's (within float32
@@ -54,17 +64,26 @@ def answers_as_everyone(method: Method, module: nn.Module, inputs: list[torch.Te
             torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["mlp", "resnet_tiny", "mobilenet_tiny"])
+@pytest.mark.parametrize("name", ["mlp", "resnet_tiny", "mobilenet_tiny", "vit_tiny", "bert",
+                                  "gpt2_masked", "embedding_classifier"])
 def test_zoo_models_run_on_litert_as_everywhere_else(name: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
     model = ZOO[name]
+    if not model.available:
+        pytest.skip(f"{name} needs {model.requires}")
     inputs = list(model.inputs())
-    data, module = compiled(model.module, *inputs)
-    method = load(data).method("forward")
-    assert method.execution == FUSED_ON_LITERT, method.execution
+    method, module, data = on_litert(model.module, inputs, monkeypatch)
     answers_as_everyone(method, module, inputs, data, monkeypatch)
-    answers_as_everyone(method, module, [torch.randn_like(x) for x in inputs], data, monkeypatch)
+    answers_as_everyone(method, module, [other_values(x) for x in inputs], data, monkeypatch)
+
+
+def other_values(x: torch.Tensor) -> torch.Tensor:
+    """A tensor like `x` of other values: random floats, or indices in x's range."""
+    if x.dtype.is_floating_point:
+        return torch.randn_like(x)
+    if x.dtype == torch.bool:
+        return torch.rand(x.shape) < 0.5
+    return torch.randint(0, int(x.max()) + 1, x.shape, dtype=x.dtype)
 
 
 def tflite_operators(method: Method) -> collections.Counter[str]:
@@ -102,11 +121,8 @@ class Paddings(nn.Module):
 
 
 def test_paddings_pools_and_clamps_match(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
     x = torch.randn(2, 3, 16, 14)
-    data, module = compiled(Paddings, x)
-    method = load(data).method("forward")
-    assert method.execution == FUSED_ON_LITERT, method.execution
+    method, module, data = on_litert(Paddings, [x], monkeypatch)
     answers_as_everyone(method, module, [x], data, monkeypatch)
     operators = tflite_operators(method)
     assert operators["DEPTHWISE_CONV_2D"] == 1 and operators["PADV2"] == 1, operators
@@ -203,11 +219,8 @@ class ZeroDims(nn.Module):
 
 
 def test_zero_dim_inputs_and_outputs_are_copied_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
     x, scale = torch.randn(3, 6), torch.tensor(2.0)
-    data, module = compiled(ZeroDims, x, scale)
-    method = load(data).method("forward")
-    assert method.execution == FUSED_ON_LITERT, method.execution
+    method, module, data = on_litert(ZeroDims, [x, scale], monkeypatch)
     for value in (0.0, 2.0, -5.0, 100.0):
         answers_as_everyone(method, module, [x, torch.tensor(value)], data, monkeypatch)
 
@@ -229,11 +242,8 @@ class Pools(nn.Module):
 
 
 def test_pools_and_leaky_activations_match(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
     x = torch.randn(2, 3, 10, 12)
-    data, module = compiled(Pools, x)
-    method = load(data).method("forward")
-    assert method.execution == FUSED_ON_LITERT, method.execution
+    method, module, data = on_litert(Pools, [x], monkeypatch)
     answers_as_everyone(method, module, [x], data, monkeypatch)
     assert tflite_operators(method)["AVERAGE_POOL_2D"] == 2
 
