@@ -184,8 +184,24 @@ def test_each_thread_count_has_its_own_interpreter(monkeypatch: pytest.MonkeyPat
         two = method.run(inputs)[0].clone()
     finally:
         torch.set_num_threads(saved)
-    assert set(method._fused.litert._runners) >= {1, 2}
+    runners = method._fused.litert._runners
+    assert set(runners) >= {1, 2} and runners[1].threads == 1
+    assert runners[2].threads in (1, 2)  # the faster, timed at load
     torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_too_slow_to_time_gets_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    monkeypatch.setattr("exirc.runtime.litert.engine._MEASURED_UP_TO", 0.0)
+    model = ZOO["mlp"]
+    data, _ = compiled(model.module, *model.inputs())
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        method = load(data).method("forward")
+    finally:
+        torch.set_num_threads(saved)
+    assert method._fused.litert._runners[2].threads == 2
 
 
 def test_the_engine_variable_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
