@@ -281,3 +281,22 @@ def test_an_average_pool_counting_its_padding_stays_on_onnxruntime(
     assert "not on LiteRT" in method.execution, method.execution
     with torch.no_grad():
         torch.testing.assert_close(method.run([x])[0], module(x), rtol=1e-5, atol=1e-6)
+
+
+class LastColumn(nn.Module):
+    """x[..., -1] and x[:, -2]: positions counted from the end (ONNX slices of
+    negative starts, which the TFLite form clamps as ONNX does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.linear(x)
+        return y[..., -1] * 2.0, y[:, -2] + 1.0
+
+
+def test_positions_from_the_end_pick_from_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(3, 4, 6)
+    method, module, data = on_litert(LastColumn, [x], monkeypatch)
+    answers_as_everyone(method, module, [x], data, monkeypatch)

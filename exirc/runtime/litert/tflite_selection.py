@@ -32,10 +32,16 @@ def int32(array: Any, what: str) -> numpy.ndarray:
 
 
 def _gather(c: Converter, node: Any) -> None:
-    rank = len(c.shape(node.input[0]))
-    axis = c.attributes(node).get("axis", 0) % rank
-    indices = c.value(node.input[1]) if node.input[1] not in c.constants else \
-        Value(c.b.constant(int32(c.constants[node.input[1]], f"Gather {node.output[0]}")))
+    shape = c.shape(node.input[0])
+    axis = c.attributes(node).get("axis", 0) % len(shape)
+    if node.input[1] in c.constants:
+        # ONNX wraps a negative index, TFLite refuses it: constant ones are wrapped here.
+        fixed = numpy.asarray(c.constants[node.input[1]])
+        if fixed.size and (fixed.min() < -shape[axis] or fixed.max() >= shape[axis]):
+            raise NotMapped(f"Gather {node.output[0]}: a constant index outside the data")
+        indices = Value(c.b.constant(int32(fixed % max(shape[axis], 1), "an index")))
+    else:
+        indices = c.value(node.input[1])
     out = c.b.tensor(c.shape(node.output[0]), c.b.dtypes[c.tensor(node.input[0])])
     c.b.op("GATHER", [c.tensor(node.input[0]), c.b.materialize(indices)], [out],
            "GatherOptions", axis=axis, batchDims=0)
