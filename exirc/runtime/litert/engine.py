@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.util
+import math
 import os
 import statistics
 import time
@@ -155,10 +156,7 @@ _MEASURED_UP_TO = 0.005  # seconds a run: a model this slow has work for every t
 
 
 def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count * dtype.itemsize
+    return math.prod(shape) * dtype.itemsize
 
 
 _QUIETED = [False]

@@ -103,7 +103,7 @@ class Converter:
                                    name=info.name)
             inputs.append(tensor)
             self.values[info.name] = Value(tensor if self.shape(info.name) else
-                                           self._reshaped(tensor, ()))
+                                           self.b.reshape(tensor, ()))
         for node in graph.node:
             if node.domain not in ("", "ai.onnx"):
                 raise NotMapped(f"{node.op_type} of domain {node.domain}")
@@ -117,19 +117,13 @@ class Converter:
             if self.b.shapes[tensor] != self.shape(info.name):
                 raise NotMapped(f"output {info.name}: {self.b.shapes[tensor]}, "
                                 f"declared {self.shape(info.name)}")
-            outputs.append(tensor if self.b.shapes[tensor] else self._reshaped(tensor, (1,)))
+            outputs.append(tensor if self.b.shapes[tensor] else self.b.reshape(tensor, (1,)))
         if len(set(outputs)) != len(outputs) or set(outputs) & set(inputs):
             raise NotMapped("two outputs, or an output and an input, are one tensor")
         return Converted(self.b.finish(inputs, outputs), [i.name for i in input_infos],
                          [o.name for o in graph.output],
                          [(self.b.shapes[t], self.b.dtypes[t]) for t in inputs],
                          [(self.b.shapes[t], self.b.dtypes[t]) for t in outputs])
-
-    def _reshaped(self, tensor: int, shape: tuple[int, ...]) -> int:
-        out = self.b.like(tensor, shape)
-        self.b.op("RESHAPE", [tensor, self.b.constant(numpy.array(shape, numpy.int32))], [out],
-                  "ReshapeOptions", newShape=list(shape))
-        return out
 
     def dtype(self, info: Any) -> numpy.dtype:
         return numpy.dtype(self.onnx.helper.tensor_dtype_to_np_dtype(
@@ -253,11 +247,7 @@ def _binary(c: Converter, node: Any) -> None:
 
 
 def _reshape(c: Converter, node: Any) -> None:
-    shape = c.shape(node.output[0])
-    out = c.b.like(c.tensor(node.input[0]), shape)
-    c.b.op("RESHAPE", [c.tensor(node.input[0]), c.b.constant(numpy.array(shape, numpy.int32))],
-           [out], "ReshapeOptions", newShape=list(shape))
-    c.set(node.output[0], Value(out))
+    c.set(node.output[0], Value(c.b.reshape(c.tensor(node.input[0]), c.shape(node.output[0]))))
 
 
 def _matmul(c: Converter, node: Any) -> None:

@@ -118,6 +118,13 @@ class TfliteBuilder:
             operator.builtinOptions = table
         self.operators.append(operator)
 
+    def reshape(self, tensor: int, shape: tuple[int, ...]) -> int:
+        """`tensor`'s elements in `shape` (a RESHAPE of a constant shape)."""
+        out = self.like(tensor, shape)
+        self.op("RESHAPE", [tensor, self.constant(numpy.array(shape, numpy.int32))], [out],
+                "ReshapeOptions", newShape=list(shape))
+        return out
+
     def unary(self, builtin: str, tensor: int, options: str | None = None,
               **fields: Any) -> int:
         out = self.like(tensor)
