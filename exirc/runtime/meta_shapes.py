@@ -27,7 +27,10 @@ Not checked (see `_UNCHECKED` and `_stand_in`):
     are known only when they run, where the arenas bound them.
 
 Results are cached by (operator, argument signature), so the repeated layers
-of a model cost one meta call each.
+of a model cost one meta call each. The common float ops skip the meta call
+when `meta_rules` knows its answer: torch's Python meta kernels import
+torch._dynamo and sympy, which would double the time a small program takes
+to load.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any
 import torch
 
 from exirc.errors import FormatError
+from exirc.runtime import meta_rules
 from exirc.runtime.arenas import TORCH_DTYPES, strides
 from exirc.runtime.kernel_arguments import CallArguments
 from exirc.runtime.split_counts import check_count
@@ -267,9 +271,18 @@ def _key(value: Any) -> Any:
 
 def _outcome(op: torch._ops.OpOverload, call: CallArguments, arguments: list[Any]
              ) -> Outcome | None:
-    """Run `op` on the meta `arguments`: torch's message if it refuses them,
-    the outs' and results' sizes and dtypes if not, None if it cannot tell."""
-    schema = call.kernel.schema
+    """What `op` makes of the meta `arguments` (see `kernel_outcome`); a call
+    that `meta_rules` knows the op accepts as declared is not run."""
+    if not call.functional and meta_rules.accepts(op.name(), arguments):
+        return [_made(arguments[-1])]
+    return kernel_outcome(op, call.kernel.schema, call.functional, arguments)
+
+
+def kernel_outcome(op: torch._ops.OpOverload, schema: Any, functional: bool,
+                   arguments: list[Any]) -> Outcome | None:
+    """Run `op`'s meta kernel on `arguments` (laid out as `schema` says): torch's
+    message if it refuses them, the outs' and results' sizes and dtypes if not,
+    None if it cannot tell."""
     positional, keywords = [], {}
     for arg, value in zip(schema.arguments, arguments):
         if arg.kwarg_only:
@@ -292,7 +305,7 @@ def _outcome(op: torch._ops.OpOverload, call: CallArguments, arguments: list[Any
         if arg.alias_info is not None and arg.alias_info.is_write and value is not None:
             for tensor in value if isinstance(value, list) else [value]:
                 made.append(_made(tensor))
-    if call.functional:
+    if functional:
         results = list(result) if isinstance(result, (tuple, list)) and \
             len(schema.returns) > 1 else [result]
         made.extend(_made(item) for item in results)
