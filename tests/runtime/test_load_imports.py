@@ -2,10 +2,11 @@
 
 torch's Python meta kernels import torch._dynamo and sympy on first use,
 more than a second together: the load-time meta checks of a small float
-program need neither (`meta_rules`). The optional engines (onnx, onnxruntime,
-LiteRT) are for delegates and fused chains that run on them: a portable
-program loads and runs without them. Each check runs in a fresh interpreter
-and reads `sys.modules`; none times anything (`make bench` does).
+program need neither, nor does the XNNPACK delegates' shape check
+(`meta_rules`). The optional engines (onnx, onnxruntime, LiteRT) are for
+delegates and fused chains that run on them: a portable program loads and
+runs without them. Each check runs in a fresh interpreter and reads
+`sys.modules`; none times anything (`make bench` does).
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def xnnpack_mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/mlp.py with its linear layers in an XNNPACK delegate."""
+    path = tmp_path_factory.mktemp("mlp") / "mlp_xnnpack.pte"
+    exirc.compile(REPO / "examples" / "mlp.py", output=path, target="xnnpack")
+    return path
+
+
 def imported_by_loading(program: Path, watched: tuple[str, ...]) -> list[str]:
     """The lines of PROBE: what loading `program` imported, then what running it did."""
     run = subprocess.run([sys.executable, "-c", PROBE, str(program), ",".join(watched)],
@@ -54,6 +63,11 @@ def imported_by_loading(program: Path, watched: tuple[str, ...]) -> list[str]:
 
 def test_loading_and_running_a_small_program_imports_neither_dynamo_nor_sympy(mlp: Path) -> None:
     assert imported_by_loading(mlp, NEVER_FOR_A_SMALL_PROGRAM) == ["[]", "[]"]
+
+
+def test_an_xnnpack_delegate_is_shape_checked_without_dynamo_or_sympy(xnnpack_mlp: Path) -> None:
+    """Its engines (onnxruntime, LiteRT) may load, when installed: they run it."""
+    assert imported_by_loading(xnnpack_mlp, ("torch._dynamo", "sympy")) == ["[]", "[]"]
 
 
 def test_the_probe_sees_what_the_meta_kernels_import(mlp: Path) -> None:

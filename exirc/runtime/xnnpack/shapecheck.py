@@ -7,7 +7,8 @@ are a hint, and ExecuTorch's serializer does write some that disagree with
 what the nodes compute (a dynamically quantized convolution input keeps its
 NCHW dims while the data is NHWC). So we do what XNNPACK does: while the
 graph is compiled, each node's closure is run on meta tensors right after it
-is built, and what it produces is the shape later nodes are checked against.
+is built, and what it produces is the shape later nodes are checked against
+(for the common ops, as `meta_rules` knows torch's meta kernels would).
 
 A node that cannot run on its inputs' shapes (a filter that does not fit,
 a reshape that changes the element count, a slice past the end) is refused
@@ -25,6 +26,7 @@ import torch
 
 from exirc.errors import FormatError
 from exirc.runtime.arenas import available_memory
+from exirc.runtime.meta_rules import KnownResults
 from exirc.runtime.xnnpack.constants import STORAGE_TYPES, datatype_name
 from exirc.runtime.xnnpack.context import Env, Op
 from exirc.runtime.xnnpack.quant import Dynamic
@@ -55,7 +57,11 @@ class ShapeCheck:
         """Run node `index` (just built) and record what it produced."""
         field = f"{self.where}.nodes[{index}]"
         try:
-            op(self.env)
+            # The common ops' results come from `meta_rules`, not from torch's
+            # Python meta kernels: those import torch._dynamo and sympy (over a
+            # second) on first use.
+            with KnownResults():
+                op(self.env)
         except Exception as error:  # noqa: BLE001 (torch's shape checks, any kind)
             detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise FormatError(f"{label} does not fit its inputs' dims: {detail}",
