@@ -4,10 +4,13 @@ Data goes to stdout; messages go to stderr. A failure prints one line with
 the error code and a hint; `--debug` adds the traceback. Exit codes are
 those of `exirc.errors`. Nothing here imports torch: `--help`, `--version`
 and `inspect` stay fast, and commands that need torch import it lazily.
+Each subcommand's module is imported only when that subcommand runs (or
+`--help` lists them), so none pays for another's imports.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -18,11 +21,6 @@ import warnings
 import click
 
 from exirc import __version__
-from exirc.cli.compile_command import compile_command
-from exirc.cli.explain_command import explain_command
-from exirc.cli.inspect_command import inspect_command
-from exirc.cli.passes_command import passes_command
-from exirc.cli.run_command import run_command
 from exirc.cli.style import styler
 from exirc.errors import ExircError, InternalError, ResourceError, UsageError
 
@@ -41,20 +39,40 @@ file, 4 unsupported operator, 5 verification mismatch.
 """
 
 
-@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+SUBCOMMANDS = {
+    "compile": "exirc.cli.compile_command:compile_command",
+    "explain": "exirc.cli.explain_command:explain_command",
+    "inspect": "exirc.cli.inspect_command:inspect_command",
+    "passes": "exirc.cli.passes_command:passes_command",
+    "run": "exirc.cli.run_command:run_command",
+}
+"""Each subcommand's click command, as `module:attribute`."""
+
+
+class _Subcommands(click.Group):
+    """The subcommands of SUBCOMMANDS, each imported when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = SUBCOMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        module, _, attribute = where.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_Subcommands, epilog=EPILOG,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="exirc")
 @click.option("--debug", is_flag=True,
               help="Show the full traceback on errors (also after the subcommand, or "
                    "EXIRC_DEBUG=1).")
 def cli(debug: bool) -> None:
     """exirc: compile PyTorch models to .pte programs, inspect and run them."""
-
-
-cli.add_command(compile_command)
-cli.add_command(inspect_command)
-cli.add_command(run_command)
-cli.add_command(explain_command)
-cli.add_command(passes_command)
 
 
 def report_error(error: ExircError, debug: bool, as_json: bool = False) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from exirc import __version__
-from exirc.cli.app import cli, main
+from exirc.cli.app import SUBCOMMANDS, main
 from exirc.serialize.writer import serialize
 from tests.programs import add_constant_program
 
@@ -33,7 +33,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert __version__ in out
 
 
-@pytest.mark.parametrize("command", [[], *[[name] for name in cli.commands]])
+@pytest.mark.parametrize("command", [[], *[[name] for name in SUBCOMMANDS]])
 def test_every_command_has_help_with_examples(capsys: pytest.CaptureFixture[str],
                                               command: list[str]) -> None:
     code, out, _ = run(capsys, *command, "--help")
