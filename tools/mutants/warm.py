@@ -90,6 +90,18 @@ def _drive(paths: Sequence[str]) -> None:
         for args in (["run", path, "--random"], ["inspect", path, "--json", *views]):
             with contextlib.suppress(Exception):
                 child._cli(args)
+    _run_a_python_meta_kernel()
+
+
+def _run_a_python_meta_kernel() -> None:
+    """What torch's Python meta kernels import on first use (torch._dynamo,
+    sympy: over a second). The warm base's load-time checks no longer run one
+    (`exirc.runtime.meta_rules` answers its ops), but most mutants' do: an
+    integer add is one the rules leave to torch."""
+    import torch
+
+    small = torch.empty(2, dtype=torch.int64, device="meta")
+    torch.ops.aten.add.out(small, small, out=torch.empty_like(small))
 
 
 if __name__ == "__main__":
