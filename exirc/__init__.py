@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
 
     from exirc.compiler import CompileOptions, CompileResult, compile_methods
-    from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.core.loader import LoadedProgram
 
 __version__ = "0.1.0"
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from exirc.capture import MethodSource
     from exirc.diagnostics.eager_check import VerificationReport
     from exirc.diagnostics.quantization import QuantizationReport, Quantized
-    from exirc.runtime.kernels import KernelRegistry
+    from exirc.runtime.kernels.registry import KernelRegistry
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def _dump_program(instrument: Instrumentation, program: P.Program) -> None:
 
 
 def _registered(kernels: KernelRegistry | None) -> frozenset[str]:
-    from exirc.runtime.kernels import KERNELS
+    from exirc.runtime.kernels.registry import KERNELS
 
     install_backend_kernels()  # ops bound to patterns (a plugin's) run, so they pass the checks
     return (KERNELS if kernels is None else kernels).operator_names()
@@ -345,7 +345,7 @@ def install_backend_kernels(registry: KernelRegistry | None = None) -> None:
     Calling it again installs only what was bound since; an op bound again
     replaces the kernel installed for its earlier binding."""
     from exirc.backend import ops
-    from exirc.runtime.kernels import KERNELS, operator_key
+    from exirc.runtime.kernels.registry import KERNELS, operator_key
 
     registry = KERNELS if registry is None else registry
     installed = _INSTALLED.setdefault(registry, {})
@@ -365,7 +365,7 @@ def install_backend_kernels(registry: KernelRegistry | None = None) -> None:
 
 def _pattern_kernel(op: BackendOp) -> Callable[..., Any] | None:
     """A kernel running `op`'s pattern into its one out, or None if it has not one."""
-    from exirc.runtime.kernels import copy_into
+    from exirc.runtime.kernels.registry import copy_into
 
     outs = op.out_names
     if len(outs) != 1:

@@ -26,9 +26,9 @@ from exirc.serialize.files import check_output_path
 from exirc.serialize.mapped_file import refuse_special_file
 
 if TYPE_CHECKING:
-    from exirc.runtime.loader import LoadedProgram
-    from exirc.runtime.method import Method
-    from exirc.runtime.profile import Profile
+    from exirc.runtime.core.loader import LoadedProgram
+    from exirc.runtime.core.method import Method
+    from exirc.runtime.core.profile import Profile
 
 EPILOG = """\b
 Examples:
@@ -166,7 +166,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
         install_backend_kernels()  # a plugin's ops bound to patterns run as those patterns
 
     from exirc.runtime import Profile, load
-    from exirc.runtime.method import DEFAULT_MAX_STEPS
+    from exirc.runtime.core.method import DEFAULT_MAX_STEPS
 
     # Loaded at the runs' thread count: a delegate's engine (onnxruntime) makes
     # its session for the count it is loaded at.
@@ -228,7 +228,7 @@ def _check_trace_path(trace: str, program: str, output: str | None) -> None:
 def _write_trace(trace: str, profile: Profile, runs: list[tuple[float, float]], path: str,
                  method: Method, about: dict[str, Any]) -> None:
     """Write the Chrome trace atomically, and say on stderr what it holds."""
-    from exirc.runtime.trace import write_chrome_trace
+    from exirc.runtime.core.trace import write_chrome_trace
     from exirc.serialize.files import write_atomically
 
     slices = [0]

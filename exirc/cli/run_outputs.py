@@ -12,8 +12,8 @@ from exirc.cli.stdio import is_stdio, write_stdout_through_file
 if TYPE_CHECKING:
     import numpy
 
-    from exirc.runtime.method import Method
-    from exirc.runtime.profile import Profile
+    from exirc.runtime.core.method import Method
+    from exirc.runtime.core.profile import Profile
 
 _SUMMARY_VALUES = 6  # the first values of each output the summary shows
 
@@ -30,7 +30,7 @@ def summary(method: Method, outputs: list[Any]) -> str:
 def _describe(name: str, value: Any) -> list[str]:
     import torch
 
-    from exirc.runtime.arenas import SCALAR_TYPES
+    from exirc.runtime.core.arenas import SCALAR_TYPES
 
     if not isinstance(value, torch.Tensor):
         return [f"  {name}: {value!r}"]
@@ -126,7 +126,7 @@ def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profil
 def latency_text(seconds: list[float], warmup: int, threads: int, profiled: bool) -> str:
     """`--repeat`'s statistics: how many runs, after how many warm-up runs, on how
     many threads, then mean, std, min, median, p90 and max."""
-    from exirc.runtime.profile import latency_stats
+    from exirc.runtime.core.profile import latency_stats
 
     stats = latency_stats(seconds)
     runs = f"{len(seconds)}{' profiled' if profiled else ''} run{_s(len(seconds))}"
@@ -183,7 +183,7 @@ def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float]
     operator (`profile`) and per instruction that ran (`instructions`, in
     program order)."""
     from exirc.cli.json_output import output_facts
-    from exirc.runtime.profile import latency_stats
+    from exirc.runtime.core.profile import latency_stats
 
     body: dict[str, Any] = {
         "program": path, "method": method.name, "inputs": len(method.inputs),

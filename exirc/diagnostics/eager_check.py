@@ -39,9 +39,9 @@ from exirc.diagnostics.localize import first_divergence
 from exirc.diagnostics.reference import Reference, ReferenceCase, prepare
 from exirc.diagnostics.tolerance import DEFAULT_TOLERANCE
 from exirc.errors import InputError, VerificationError
+from exirc.runtime.core.method import DEFAULT_MAX_STEPS
 from exirc.runtime.errors import ExecutionError
-from exirc.runtime.kernels import KERNELS, KernelRegistry
-from exirc.runtime.method import DEFAULT_MAX_STEPS
+from exirc.runtime.kernels.registry import KERNELS, KernelRegistry
 from exirc.serialize.bundled_cases import Bundle
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from exirc.capture import MethodSource
     from exirc.compiler import CompileResult
-    from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.core.loader import LoadedProgram
 
 __all__ = ["CaseResult", "Tolerance", "VerificationReport", "bundle_references", "prepare",
            "user_outputs", "verify_compiled", "verify_result"]

@@ -24,7 +24,7 @@ class ExecutionError(ExircError):
 class StepLimitError(ExecutionError):
     """A run used up its budget (a loop that does not end): more steps than its
     step limit, where an instruction a loop repeats counts by its work, or more
-    wall-clock time in loops than the limit allows (see `exirc.runtime.method`)."""
+    wall-clock time in loops than the limit allows (see `exirc.runtime.core.method`)."""
 
     code = "E0341"
     default_hint = ("if the program really loops this long, raise the limit "

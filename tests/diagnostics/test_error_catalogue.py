@@ -38,7 +38,7 @@ from tests.cli.test_conventions import run
 from tests.compile.test_cli_compile import MLP, NOT_EDGE, RAISES, UNSUPPORTED, write
 from tests.passes.test_pipeline import PLUGIN, portable_with
 from tests.programs import add_constant_program, control_flow_program, index_out_of_range_program
-from tests.runtime.test_interpreter import loop_program
+from tests.runtime.core.test_interpreter import loop_program
 from tests.test_error_codes import _all_error_classes
 
 

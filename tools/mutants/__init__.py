@@ -17,7 +17,7 @@ The parts, in the order a campaign uses them:
     cli_sample             a sample through the real `exirc` command
     report                 figures, failures grouped by cause, reproducers
 
-`tests/runtime/test_mutation_suite.py` runs 2,000 mutants in `make test`;
+`tests/runtime/core/test_mutation_suite.py` runs 2,000 mutants in `make test`;
 `tools/mutation_campaign.py` (`make fuzz`) runs the long campaign and
 replays one mutant by its label.
 """

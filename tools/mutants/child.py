@@ -32,7 +32,7 @@ import click
 import numpy
 import torch
 
-import exirc.runtime.loader  # noqa: F401 (imported here, once, by the fork server)
+import exirc.runtime.core.loader  # noqa: F401 (imported here, once, by the fork server)
 from exirc.cli.app import cli
 from exirc.errors import ExircError, InternalError
 from exirc.runtime import load

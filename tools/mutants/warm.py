@@ -65,7 +65,7 @@ def _read_kernel_lists() -> None:
         for kernel_set in targets.kernel_sets(target):
             if kernel_set != targets.BACKEND_OPS:
                 targets.kernel_list(kernel_set)
-    allowlist = sys.modules.get("exirc.runtime.allowlist")
+    allowlist = sys.modules.get("exirc.runtime.kernels.allowlist")
     operators = getattr(allowlist, "allowlisted_operators", None)
     if callable(operators):
         operators()

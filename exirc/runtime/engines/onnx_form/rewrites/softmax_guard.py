@@ -1,0 +1,174 @@
+"""Fewer nodes for boolean reductions in a fused chain: the same values, bit for bit.
+
+torch's safe softmax (attention without a mask) sets rows that are all -inf
+to 0: `where(logical_not(any(logical_not(x == -inf), -1)), 0, softmax(x))`.
+Translated kernel by kernel (`onnx_chain_ops`, which reduces the bools
+themselves) it is Equal, Not, ReduceMax, Not, Where around the Softmax, and
+onnxruntime runs each as a kernel of its own (~0.5-1 us). A reduction over
+the floats themselves would be cheaper, but onnxruntime's ReduceMax drops a
+NaN unless it is a row's last element, so "the row's max is -inf" is not
+"the row is all -inf". `simplify_bool_reductions` takes a finished ONNX
+model without subgraphs and rewrites, until nothing changes:
+
+1. ReduceMax(Not(e)) -> Not(ReduceMin(e)), ReduceMin(Not(e)) ->
+   Not(ReduceMax(e)) on bools (any(not e) is not all(e), also over nothing);
+2. Not(Not(a)): its readers read a;
+3. Where(Not(c), a, b) -> Where(c, b, a);
+
+each only where the values it removes are read by nothing else and are no
+graph output. The guard becomes Equal, ReduceMin, Where: exact for every
+input, NaN and infinities included (tests/runtime/engines/onnx_form/test_softmax_guard.py
+compares it with the guard reduced as int32 on onnxruntime, bit for bit).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onnx import GraphProto, ModelProto, NodeProto
+
+BOOL_MAKERS = frozenset({"Not", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual", "Greater",
+                         "GreaterOrEqual", "IsNaN", "IsInf"})
+"""Ops whose output is bool whatever their inputs."""
+REDUCTIONS = {"ReduceMax": "ReduceMin", "ReduceMin": "ReduceMax"}  # each one's De Morgan dual
+_BOOL = 9  # onnx.TensorProto.BOOL
+
+
+def simplify_bool_reductions(model: ModelProto) -> bool:
+    """Rewrite `model`'s graph in place (rules in the module docstring); True if
+    anything changed. Takes and returns an ONNX model (opset 18+) without
+    subgraphs; the graph is replaced only at the end, so an error leaves it as it was."""
+    import onnx
+
+    graph = model.graph
+    if not {"ReduceMax", "ReduceMin"} & {node.op_type for node in graph.node}:
+        return False
+    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for node in graph.node for attribute in node.attribute):
+        return False  # readers inside subgraphs would not be counted
+    if any(o.domain in ("", "ai.onnx") and o.version < 18 for o in model.opset_import):
+        return False  # bool reductions need opset 18's ReduceMax/ReduceMin
+    rewriter = _Rewriter(model)
+    changed = False
+    for _ in range(2 * len(graph.node) + 1):  # each rewrite removes a Not
+        if not rewriter.step():
+            break
+        changed = True
+    if changed:
+        graph.node.clear()
+        graph.node.extend(rewriter.nodes)
+    return changed
+
+
+class _Rewriter:
+    """The graph's nodes as a list to rewrite, who makes and who reads each value."""
+
+    def __init__(self, model: ModelProto) -> None:
+        import onnx
+
+        self.onnx = onnx
+        graph: GraphProto = model.graph
+        self.nodes: list[NodeProto] = list(graph.node)
+        self.outputs = {o.name for o in graph.output}
+        self.bool_inputs = {i.name for i in graph.input
+                            if i.type.tensor_type.elem_type == _BOOL}
+        self._index()
+
+    def _index(self) -> None:
+        self.producer = {name: node for node in self.nodes for name in node.output}
+        self.readers: dict[str, list[NodeProto]] = {}
+        for node in self.nodes:
+            for name in node.input:
+                self.readers.setdefault(name, []).append(node)
+
+    def step(self) -> bool:
+        """Apply one rewrite anywhere; False when none applies."""
+        for node in self.nodes:
+            if node.op_type in REDUCTIONS and self._de_morgan(node):
+                return True
+            if node.op_type == "Not" and self._double_not(node):
+                return True
+            if node.op_type == "Where" and self._swap_where(node):
+                return True
+        return False
+
+    def only_read_by(self, name: str, reader: NodeProto) -> bool:
+        readers = self.readers.get(name, [])
+        return name not in self.outputs and len(readers) == 1 and readers[0] is reader
+
+    def made_by(self, name: str, op_type: str) -> NodeProto | None:
+        node = self.producer.get(name)
+        return node if node is not None and node.op_type == op_type else None
+
+    def is_bool(self, name: str) -> bool:
+        node = self.producer.get(name)
+        if node is None:
+            return name in self.bool_inputs
+        if node.op_type == "Cast":
+            return _attribute(node, "to") == _BOOL
+        return node.op_type in BOOL_MAKERS or (node.op_type in REDUCTIONS and
+                                               self.is_bool(node.input[0]))
+
+    def replace(self, old: list[NodeProto], new: list[NodeProto]) -> None:
+        """`new` where the last of `old` was (its inputs are made before), `old` gone."""
+        gone = {id(node) for node in old}
+        at = max(i for i, node in enumerate(self.nodes) if id(node) in gone)
+        self.nodes = [*[n for n in self.nodes[:at] if id(n) not in gone], *new,
+                      *[n for n in self.nodes[at + 1:] if id(n) not in gone]]
+        self._index()
+
+    def node(self, template: NodeProto, op_type: str, inputs: list[str],
+             outputs: list[str]) -> NodeProto:
+        """A new node with `template`'s attributes."""
+        made = self.onnx.helper.make_node(op_type, inputs, outputs, name=template.name)
+        made.attribute.extend(template.attribute)
+        return made
+
+    def _de_morgan(self, reduce: NodeProto) -> bool:
+        """Rule 1, from the reduction of a Not."""
+        negate = self.made_by(reduce.input[0], "Not")
+        if negate is None or not self.only_read_by(negate.output[0], reduce) or \
+                not self.is_bool(negate.input[0]):
+            return False
+        dual = reduce.output[0] + "_dual"
+        while dual in self.producer or dual in self.readers:
+            dual += "_"
+        self.replace([negate, reduce], [
+            self.node(reduce, REDUCTIONS[reduce.op_type], [negate.input[0], *reduce.input[1:]],
+                      [dual]),
+            self.onnx.helper.make_node("Not", [dual], list(reduce.output))])
+        return True
+
+    def _double_not(self, outer: NodeProto) -> bool:
+        """Rule 2, from the outer Not."""
+        inner = self.made_by(outer.input[0], "Not")
+        name = outer.output[0]
+        if inner is None or not self.only_read_by(inner.output[0], outer) or \
+                name in self.outputs:
+            return False
+        kept = inner.input[0]
+        self.replace([inner, outer], [])
+        self.nodes = [self._renamed(node, name, kept) for node in self.nodes]
+        self._index()
+        return True
+
+    def _renamed(self, node: NodeProto, old: str, new: str) -> NodeProto:
+        if old not in node.input:
+            return node
+        return self.node(node, node.op_type, [new if n == old else n for n in node.input],
+                         list(node.output))
+
+    def _swap_where(self, where: NodeProto) -> bool:
+        """Rule 3."""
+        negate = self.made_by(where.input[0], "Not")
+        if negate is None or not self.only_read_by(negate.output[0], where):
+            return False
+        condition, a, b = where.input
+        self.replace([negate, where], [self.node(where, "Where", [negate.input[0], b, a],
+                                                 list(where.output))])
+        return True
+
+
+def _attribute(node: NodeProto, name: str) -> Any:
+    return next((a.i for a in node.attribute if a.name == name), None)
