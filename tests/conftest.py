@@ -24,4 +24,4 @@ def add_pte(tmp_path: Path) -> Path:
 def chains_on_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fused chains on onnxruntime, not LiteRT: for tests of the ONNX chain's own
     translations (LiteRT takes, by default, every chain it can)."""
-    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "onnxruntime")
+    monkeypatch.setenv("EXIRC_ENGINE", "onnxruntime")

@@ -104,12 +104,20 @@ def _to_numpy(value: Any) -> numpy.ndarray[Any, Any] | None:
 SLOWEST_SHOWN = 10  # instructions in --profile's table of the slowest
 
 
+def plain_runs(method: Method) -> str:
+    """How plain runs of `method` go: the engine that runs it whole, or the
+    interpreter, then where its delegates run."""
+    if method.engine != "reference" or not method.delegate_engines:
+        return method.execution
+    return f"{method.execution}; delegates on {', '.join(method.delegate_engines)}"
+
+
 def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profile | None,
                 execution: str = "") -> str:
     """What the text output says of the runs' times: the latency statistics of
     several runs, and with a profile its tables ("" for one plain run); then how
-    plain runs go (`execution`, `Method.execution`: a profiled run always goes
-    instruction by instruction, which a fused method's plain runs do not)."""
+    plain runs go (`execution`, `Method.execution`; a profiled run goes the same
+    way: a method an engine runs whole is one row of the profile)."""
     parts = []
     if len(seconds) > 1:
         parts.append(latency_text(seconds, warmup, threads, profile is not None))
@@ -193,6 +201,8 @@ def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float]
         "latency_ms": latency_stats(seconds) if len(seconds) > 1 else None,
         "outputs_file": None if output is None else ("-" if is_stdio(output) else output),
         "execution": method.execution,
+        "engine": method.engine,
+        "delegate_engines": method.delegate_engines,
     }
     if profile is not None:
         body["profile"] = profile.rows()

@@ -116,7 +116,7 @@ def measure(result: CompileResult, quantized: Quantized,
 
     report = quantized.report
     report.weight_bytes = stored_weight_bytes(result)
-    program = load(result.data, kernels=kernels or KERNELS)
+    program = load(result.data, kernels=kernels or KERNELS, engine="reference")
     worst: dict[tuple[str, int], tuple[float, float, float]] = {}  # signal, noise, max
     for name, reference in quantized.float_references.items():
         method = program.method(name)

@@ -27,6 +27,13 @@ from exirc.runtime.core.module_paths import name_modules
 from exirc.runtime.delegates import registry as delegates
 from exirc.runtime.delegates import xnnpack as _xnnpack  # noqa: F401 (registers the XnnpackBackend)
 from exirc.runtime.delegates.registry import BACKENDS, Backend, BackendRegistry
+from exirc.runtime.engines.policy import EnginePolicy
+from exirc.runtime.engines.seam import (
+    ENGINE_RUNNER,
+    check_policy,
+    prepare_delegate,
+    write_engine_summary,
+)
 from exirc.runtime.kernels import prim_ops as _prim_ops  # noqa: F401 (registers the prim op kernels)
 from exirc.runtime.kernels.registry import (
     KERNELS,
@@ -85,7 +92,9 @@ class LoadedProgram:
 def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
          kernels: KernelRegistry | None = None,
          backends: BackendRegistry | None = None,
-         allow_any_aten: bool = False) -> LoadedProgram:
+         allow_any_aten: bool = False, engine: str | EnginePolicy | None = None,
+         dump_engine: str | os.PathLike[str] | None = None,
+         machine_limits: bool = True) -> LoadedProgram:
     """Load a `.pte` program (a path, or its bytes) for running.
 
     `max_memory` caps the bytes of planned memory (arenas) the program may
@@ -99,7 +108,17 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     operator torch has: only for a file you trust, since operators off the
     list may trust what a hostile file gets wrong (an index out of range, an
     inconsistent size), and some crash the process on it.
+
+    `engine` picks what runs the program (`exirc.runtime.engines.policy`):
+    "reference" (exirc's interpreter alone), "auto" (the default, or the
+    EXIRC_ENGINE variable: optional engines where installed and exact),
+    "onnxruntime" or "litert". `dump_engine`: a folder for the models engines
+    build and the rules that fired. `machine_limits=False` skips the one check
+    that is about this machine rather than the file (the memory available now):
+    for the compiler, which checks the file it writes for another device.
     """
+    policy = EnginePolicy.resolve(engine, dump_engine)
+    check_policy(policy)
     mapped = _map(source) if isinstance(source, (str, os.PathLike)) else None
     data = mapped.view if mapped is not None else source
     program = read_program_file(data).program  # checked: every index is in range
@@ -109,7 +128,7 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                                              allow_any_aten)
     for i, (plan, table) in enumerate(zip(plans, kernel_tables)):
         argument_kinds.check_calls(plan, table, f"execution_plan[{i}]")  # before any kernel
-    _check_memory(plans, max_memory)  # before allocating any of it
+    _check_memory(plans, max_memory, machine_limits)  # before allocating any of it
     modules = stored_module_paths(program)
     shapes = symbolic_shapes.stored_symbolic_shapes(program)
     stored_names = stored_io_names(program)
@@ -119,15 +138,23 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
         else None
     for i, plan in enumerate(plans):
         where = f"execution_plan[{i}]"
-        handles = [(backend, delegates.initialise(backend, program, delegate,
-                                                  f"{where}.delegates[{j}]", named_data))
-                   for j, (delegate, backend) in enumerate(zip(plan.delegates,
-                                                               backend_tables[i]))]
+        handles, choices = [], []
+        for j, (delegate, backend) in enumerate(zip(plan.delegates, backend_tables[i])):
+            handle = delegates.initialise(backend, program, delegate,
+                                          f"{where}.delegates[{j}]", named_data)
+            choice = prepare_delegate(policy, delegate.id, handle, f"{plan.name}.delegate{j}")
+            handles.append((backend, handle) if choice.handle is None
+                           else (ENGINE_RUNNER, choice.handle))
+            choices.append(choice)
         method = Method(program, plan, where, kernel_tables[i], handles, max_steps,
-                        shapes.get(plan.name), shared, file_guard=mapped)
+                        shapes.get(plan.name), shared, file_guard=mapped, policy=policy,
+                        delegate_choices=choices)
         name_inputs_and_outputs(method, stored_names)
         methods[plan.name] = method
     name_modules(methods, plans, modules)
+    if policy.dump_dir is not None:
+        write_engine_summary(policy.dump_dir, [
+            (m.name, m.execution, m.delegate_engines) for m in methods.values()])
     return LoadedProgram(program, methods)
 
 
@@ -216,9 +243,10 @@ def _operators(ops: dict[str, Counter[str]], noun: str, qualifier: str = "") -> 
     return f"{len(ops)} {noun}{'s' if len(ops) > 1 else ''}{qualifier}: " + ", ".join(names)
 
 
-def _check_memory(plans: list[P.ExecutionPlan], max_memory: int | None) -> None:
+def _check_memory(plans: list[P.ExecutionPlan], max_memory: int | None,
+                  machine_limits: bool) -> None:
     if max_memory is not None:
         memory.check_arena_sizes(plans, max_memory, "the max_memory limit")
-    available = memory.available_memory()
+    available = memory.available_memory() if machine_limits else None
     if available is not None:
         memory.check_arena_sizes(plans, available, "the memory available now")

@@ -25,9 +25,9 @@ Python frame of its own; a failure is located by how far the loop got.
 `run(observer=...)` calls `observer(chain, index)` after each instruction
 runs, so a debugger (`exirc compile --verify` localizing a mismatch) can read
 what it wrote with `value()` before later instructions reuse the memory.
-Observed runs take a separate, slower loop, as profiled ones do. A plain run
-of a chain `onnx_chain` fused at load is one onnxruntime session call on the
-inputs where the caller has them; the plan is fed only if the kernels run.
+Observed runs take a separate, slower loop, as profiled ones do. A method an
+engine took at load (`exirc.runtime.engines.seam`) runs there, on the inputs
+where the caller has them; the plan is fed only if the interpreter runs the call.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from exirc.runtime.core.inputs import InputSpec, check_inputs, input_spec, signa
 from exirc.runtime.core.steps import Action, Site, Step, prepare, site_of, with_modules
 from exirc.runtime.core.values import Values, value_table, written_values
 from exirc.runtime.core.work import UNITS_PER_STEP, chain_costs, prefix_sums
-from exirc.runtime.engines.onnx_form.chain import fuse_chain
+from exirc.runtime.engines.policy import EnginePolicy
+from exirc.runtime.engines.seam import DelegateChoice, MethodView, prepare_method
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.runtime.kernels.registry import Kernel
 from exirc.serialize import program as P
@@ -93,7 +94,9 @@ class Method:
                  kernels: Mapping[int, Kernel], backends: Sequence[tuple[Any, Any]],
                  max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None,
                  shared_arenas: dict[int, memory.Arena] | None = None, *,
-                 max_seconds: float | None = None, file_guard: MappedFile | None = None) -> None:
+                 max_seconds: float | None = None, file_guard: MappedFile | None = None,
+                 policy: EnginePolicy | None = None,
+                 delegate_choices: Sequence[DelegateChoice] = ()) -> None:
         """`max_steps` bounds a run's work (see `DEFAULT_MAX_STEPS`); `max_seconds`
         the wall-clock time from its first backward jump, by default
         `loop_seconds(max_steps)`. `file_guard`, for a program read from a mapped
@@ -147,10 +150,20 @@ class Method:
             self._costs.append(prefix_sums(costs))
             self._extras.append(prefix_sums([cost - 1 for cost in costs]))
         self._profiled: tuple[Profile, list[list[Step]]] | None = None
-        # `execution`: how plain runs go, in words (for `exirc run --profile`, --json).
-        self._fused, self.execution = fuse_chain(
-            plan, kernels, backends, env, values.written, self.has_state,
-            None not in self._straight, bool(shapes is not None and shapes.values), self._chains)
+        # Which engine runs plain runs (`exirc.runtime.engines.seam`), and how, in words.
+        view = MethodView(self.name, plan, kernels, backends, delegate_choices, env,
+                          values.written, self.has_state, None not in self._straight,
+                          bool(shapes is not None and shapes.values), self._chains,
+                          self._positions, self.output_values, _copy_out)
+        choice = prepare_method(policy or EnginePolicy.resolve(), view)
+        self._accelerated, self.engine, self.execution = (choice.accelerated, choice.engine,
+                                                          choice.execution)
+        self.delegate_engines = [c.describe() for c in delegate_choices]
+
+    @property
+    def accelerated(self) -> Any:
+        """What the engine that runs the method whole built (None on the reference)."""
+        return self._accelerated
 
     @property
     def has_state(self) -> bool:
@@ -178,10 +191,12 @@ class Method:
         checked = check_inputs(self.name, self.inputs, self.shapes, inputs)
         for index, start in self._scalar_starts:
             self._env[index] = start
-        if (fused := self._fused) is not None and profile is None and observer is None and \
-                self.max_steps >= fused.length and fused.run(checked):
-            return fused.results(checked, self._positions, self._env, self.output_values,
-                                 _copy_out)
+        fast = self._accelerated
+        if fast is not None and observer is None and self.max_steps >= fast.length:
+            outputs = fast.run(checked) if profile is None else \
+                profile.time_engine(self.execution, fast.run, checked)
+            if outputs is not None:
+                return outputs
         try:
             self._feed(checked)
         except Exception as error:  # noqa: BLE001 (a plan whose input memory is unusable)

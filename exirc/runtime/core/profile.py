@@ -44,6 +44,7 @@ class Profile:
         self.timeline: list[Slice] | None = [] if timeline else None
         # A cell the timed steps read, so that stopping needs no re-wrapping.
         self._recording = [timeline]
+        self._engine_slots: dict[str, InstructionTime] = {}
 
     def wrap(self, steps: Sequence[Step], sites: Sequence[Site]) -> list[Step]:
         """`steps` (one chain's), each timed into a new slot for its site."""
@@ -57,6 +58,28 @@ class Profile:
                 number = len(self.instructions) - 1
                 wrapped.append(_traced(step, slot, number, self.timeline, self._recording))
         return wrapped
+
+    def time_engine(self, label: str, run: Callable[[Any], Any], inputs: Any) -> Any:
+        """`run(inputs)` (an engine's whole-method call), timed into one row named
+        `label`: a method an engine took runs there when profiled too, so the
+        profile times what plain runs use (per-instruction figures need the
+        reference engine, which runs instruction by instruction)."""
+        slot = self._engine_slots.get(label)
+        if slot is None:
+            from exirc.runtime.core.steps import Site
+
+            slot = self._engine_slots[label] = InstructionTime(Site(0, -1, label, ""))
+            self.instructions.append(slot)
+        number = self.instructions.index(slot)
+        start = time.perf_counter()
+        try:
+            return run(inputs)
+        finally:
+            end = time.perf_counter()
+            slot.seconds += end - start
+            slot.calls += 1
+            if self.timeline is not None and self._recording[0]:
+                self.timeline.append((number, start, end))
 
     def clear(self) -> None:
         """Forget what was measured so far (warm-up runs), keeping the wrapped steps."""
@@ -87,13 +110,14 @@ class Profile:
 
     def instruction_rows(self) -> list[dict[str, Any]]:
         """One row per instruction that ran, in program order: chain, index, op,
-        calls, total_ms, share, source and module ("" when unknown)."""
+        calls, total_ms, share, source and module ("" when unknown). An engine's
+        whole-method calls (`time_engine`) are rows of `rows`, not of these."""
         total = self.total_seconds() or 1.0
         return [{"chain": slot.site.chain, "index": slot.site.index, "op": slot.site.label,
                  "calls": slot.calls, "total_ms": slot.seconds * 1e3,
                  "share": slot.seconds / total, "source": slot.site.source,
                  "module": slot.site.module}
-                for slot in self.instructions if slot.calls]
+                for slot in self.instructions if slot.calls and slot.site.index >= 0]
 
     def slowest(self, count: int) -> list[dict[str, Any]]:
         """The `count` instructions that took the most time in all, slowest first."""

@@ -6,9 +6,8 @@ semantics); every problem with the file is found there, as a `FormatError`,
 or as an `UnsupportedOperatorError` for what we do not implement. `execute`
 (`run.execute`) then only follows the compiled closures.
 
-A delegate the ONNX form takes whole (`onnx_graph`) runs on onnxruntime when
-it is installed (`onnx_engine.choose_engine`, EXIRC_XNNPACK_ENGINE): from the
-same checked graph, with the torch path kept for calls the session cannot take.
+An optional engine may run the compiled graph faster (`exirc.runtime.engines`:
+the loader offers it the handle `init` returns); this backend knows nothing of it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from exirc.runtime.delegates.xnnpack.compile import CompiledGraph, compile_graph
 from exirc.runtime.delegates.xnnpack.constants import ConstantSource
 from exirc.runtime.delegates.xnnpack.run import execute
-from exirc.runtime.engines.onnxruntime.delegate import OnnxDelegate, choose_engine
 from exirc.serialize.xnnpack.graph import XnnpackBlob
 from exirc.serialize.xnnpack.reader import deserialize_blob
 
@@ -34,10 +32,9 @@ class XnnpackBackend:
     """The backend behind DelegateCalls whose delegate id is `XnnpackBackend`."""
 
     def init(self, processed: bytes | memoryview, compile_specs: Sequence[P.CompileSpec],
-             context: BackendInitContext | None = None) -> CompiledGraph | OnnxDelegate:
-        """Read, check and compile one payload (once, at load), for the engine chosen."""
-        blob = deserialize_blob(processed)
-        return choose_engine(blob.graph, self.prepare(blob, context))
+             context: BackendInitContext | None = None) -> CompiledGraph:
+        """Read, check and compile one payload (once, at load)."""
+        return self.prepare(deserialize_blob(processed), context)
 
     def prepare(self, blob: XnnpackBlob, context: BackendInitContext | None = None
                 ) -> CompiledGraph:
@@ -47,12 +44,9 @@ class XnnpackBackend:
         return compile_graph(blob.graph, ConstantSource(blob.graph, blob.constant_region,
                                                         named, where))
 
-    def execute(self, handle: CompiledGraph | OnnxDelegate, args: list[Any]) -> None:
+    def execute(self, handle: CompiledGraph, args: list[Any]) -> None:
         """Run on the DelegateCall's arguments (inputs, then outputs written in place)."""
-        if isinstance(handle, OnnxDelegate):
-            handle.execute(args)
-        else:
-            execute(handle, args)
+        execute(handle, args)
 
 
 def register(registry: BackendRegistry) -> None:

@@ -101,9 +101,8 @@ class CompiledGraph:
     # Each value's dims by id, as the shape check inferred them from the inputs
     # (a blob's declared dims for internal values are only a hint: `shapecheck`).
     shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
-    # Why this graph runs on torch rather than onnxruntime, when it was chosen to
-    # (`onnx_engine.choose_engine`): for messages saying why a method runs as it does.
-    not_on_onnxruntime: str = ""
+    # The checked graph it was compiled from, for an engine that translates it.
+    graph: G.XNNGraph | None = None
 
 
 def compile_graph(graph: G.XNNGraph, source: ConstantSource) -> CompiledGraph:
@@ -127,7 +126,7 @@ def compile_graph(graph: G.XNNGraph, source: ConstantSource) -> CompiledGraph:
         template[slots[value_id][0]] = tensor
     shapes = {graph.values[slot].id_out: dims for slot, dims in check.shapes.items()}
     return CompiledGraph(ops, labels, template, inputs, outputs, len(inputs) + len(outputs),
-                         shapes)
+                         shapes, graph)
 
 
 Slots = dict[int, tuple[int, G.TensorValue]]

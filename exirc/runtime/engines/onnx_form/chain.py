@@ -1,13 +1,14 @@
-"""A method's whole chain as one onnxruntime session, when it can be.
+"""A method's whole chain as one ONNX model (`ChainForm`), when it can be.
 
 A program lowered for XNNPACK is a few delegates with portable kernels
 between them (attention's safe-softmax guard, a BERT mask, the embedding
 lookups). Run one by one, each delegate pays a session call and each kernel a
 torch call: on vit_tiny the five guard kernels between two delegates cost more
-than the delegates' own work. `fuse_chain` merges, at load, a method's only
-chain into one ONNX model: every delegate running on onnxruntime contributes
-its ONNX form (`xnnpack.onnx_engine.OnnxDelegate`), every kernel its
-translation (`onnx_chain_ops`), with the method's values as the edges.
+than the delegates' own work. `chain_form` merges, at load, a method's only
+chain into one ONNX model: every delegate an engine runs from its ONNX form
+contributes that form (`delegate_form.DelegateForm`), every kernel its
+translation (`chain_ops`), with the method's values as the edges. An engine
+(onnxruntime, LiteRT) then runs the model as the method.
 
 A chain of kernels alone (a portable program of elementwise and data-moving
 ops: masks, position ids, integer preprocessing) is one session too when each
@@ -19,65 +20,50 @@ means, log-softmax) are taken there only.
 
 It is done only when it is exact and safe, else the method runs as before:
 one chain, no jumps, no moves, no program state; every tensor of static
-shape; a delegate on onnxruntime (none on torch) or only exact kernels;
-every kernel translatable or folded at load (`onnx_chain_folding`); no
-run-time scalar among the arguments, no value written twice, none read
-before it is written. The session writes the method's outputs into memory
-of its own (a plan may place an output over an input the kernels have
-finished reading, which a session need not have), and the per-delegate
-sessions are dropped (remade if a run goes kernel by kernel).
+shape; every delegate with an ONNX form, or only exact kernels; every kernel
+translatable or folded at load (`chain_folding`); no run-time scalar among
+the arguments, no value written twice, none read before it is written. The
+model writes the method's outputs into memory of its own (a plan may place an
+output over an input the kernels have finished reading, which an engine need
+not have); the per-delegate engines are released (remade if a run goes kernel
+by kernel).
 
-At run time `FusedChain.run` (`fused_chain`) reads the checked inputs where
-the caller has them (`Method.run` feeds the plan only if the kernels run),
-binds again whichever moved since the last run, and runs the session. It
-returns False, and the method runs kernel by kernel, whenever the session
-cannot be trusted with the call: onnxruntime failed (an index out of range),
-an embedding read a negative index (ONNX wraps those; torch raises), or an
-input is not laid out row by row. Nothing the session writes is read before
-the kernels rewrite it then, and inputs are never written, so the second run
+At run time (`chain_form.FusedMethod`) the engine reads the checked inputs
+where the caller has them (`Method.run` feeds the plan only if the kernels
+run). It hands the call back, and the method runs kernel by kernel, whenever
+it cannot be trusted with it: the engine failed (an index out of range), an
+embedding read a negative index (ONNX wraps those; torch raises), or an input
+is not laid out row by row. Nothing the engine writes is read before the
+kernels rewrite it then, and inputs are never written, so the second run
 computes (or refuses) exactly as the kernels always did.
-Profiled and observed runs always go kernel by kernel.
-
-A chain with a delegate runs on LiteRT's XNNPACK instead of onnxruntime when
-its ONNX form has a TFLite form (`litert.chain`), under the same contract.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 import torch
 
-from exirc.runtime.engines.litert.chain import litert_form
 from exirc.runtime.engines.onnx_form.builder import NotMapped
 from exirc.runtime.engines.onnx_form.chain_arith import ARITHMETIC
 from exirc.runtime.engines.onnx_form.chain_folding import FOLD_LIMIT_BYTES, foldable
+from exirc.runtime.engines.onnx_form.chain_form import FLOOR, ChainForm, OutputMemory
 from exirc.runtime.engines.onnx_form.chain_moves import MOVES
 from exirc.runtime.engines.onnx_form.chain_norms import NORMS
 from exirc.runtime.engines.onnx_form.chain_ops import ONNX_TYPES, TRANSLATORS
 from exirc.runtime.engines.onnx_form.chain_values import ChainValues
-from exirc.runtime.engines.onnx_form.rewrites.recurrent_input import (
-    fold_recurrent_input_projections,
-)
-from exirc.runtime.engines.onnx_form.rewrites.softmax_guard import simplify_bool_reductions
-from exirc.runtime.engines.onnxruntime.chain import (
-    FLOOR,
-    FUSED,
-    FUSED_ON_LITERT,
-    FusedChain,
-    OutputMemory,
-    kernel_by_kernel,
-    why_no_delegate,
-)
-from exirc.runtime.engines.onnxruntime.delegate import ENGINE_VARIABLE, OnnxDelegate
+from exirc.runtime.engines.onnx_form.delegate_form import DelegateForm
+from exirc.runtime.engines.onnx_form.rules import CHAIN_RULES, apply_rules
 from exirc.runtime.kernels.registry import Kernel
 from exirc.serialize import program as P
 
-OPSET = 20  # as the delegates' ONNX forms (onnx_graph.OPSET)
+if TYPE_CHECKING:
+    from exirc.runtime.engines.seam import MethodView
+
+OPSET = 20  # as the delegates' ONNX forms (xnnpack_graph.OPSET)
 IR_VERSION = 10
 _TRANSLATORS = {**TRANSLATORS, **ARITHMETIC, **MOVES, **NORMS}  # every kernel with an ONNX form
 # Translations that sum in onnxruntime's order, not torch's: fused only among delegates,
@@ -90,52 +76,52 @@ _INEXACT = frozenset({"aten::_log_softmax.out", "aten::native_layer_norm.out",
 KERNELS_WORTH_A_SESSION = 4
 
 
-def fuse_chain(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel],
-               backends: Sequence[tuple[Any, Any]], env: list[Any],
-               written: frozenset[int], has_state: bool, straight: bool, dynamic: bool,
-               steps: Sequence[Sequence[Callable[[], Any]]] = ()
-               ) -> tuple[FusedChain | None, str]:
-    """The method's chain as one session, or None when it cannot be (module
-    docstring); and how plain runs go, in words, with the reason when not fused.
-    `straight`: every instruction has fixed arguments and no jumps; `dynamic`: the
-    method has tensors of symbolic shape (exirc's shape table says so); `steps`: each
-    chain's prepared instructions, for kernels folded at load (`onnx_chain_folding`)."""
-    delegates = [handle for _, handle in backends if isinstance(handle, OnnxDelegate)]
+def chain_form(view: MethodView) -> ChainForm | str:
+    """The method's chain as one ONNX model, or why it cannot be (module
+    docstring). Built once per load: engines that run it share it (`view.shared`)."""
+    if _SHARED_KEY not in view.shared:
+        view.shared[_SHARED_KEY] = _build(view)
+    built: ChainForm | str = view.shared[_SHARED_KEY]
+    return built
+
+
+_SHARED_KEY = "onnx_form.chain"
+
+
+def _build(view: MethodView) -> ChainForm | str:
+    plan = view.plan
+    forms = [getattr(handle, "onnx_form", None) for _, handle in view.backends]
     refusal = ("it has more than one chain" if len(plan.chains) != 1 else
-               "it has jumps or arguments computed at run time" if not straight else
-               "it keeps program state" if has_state else
-               "its shapes are dynamic" if dynamic else
-               why_no_delegate(backends) if backends and not delegates else
-               "" if delegates else _why_not_kernels_only(plan, kernels))
+               "it has jumps or arguments computed at run time" if not view.straight else
+               "it keeps program state" if view.has_state else
+               "its shapes are dynamic" if view.dynamic else
+               _why_no_delegate_form(view, forms) if view.backends else
+               _why_not_kernels_only(plan, view.kernels))
     if refusal:
-        return None, kernel_by_kernel(refusal)
+        return refusal
     try:
-        builder = _Builder(plan, env, written, steps[0] if steps else None)
-        fused = builder.build(plan.chains[0].instructions, kernels, backends)
+        builder = _Builder(plan, view.env, view.written, view.steps[0] if view.steps else None)
+        return builder.build(plan.chains[0].instructions, view.kernels, forms)
     except NotMapped as reason:
-        return None, kernel_by_kernel(str(reason))
+        return str(reason)
     except Exception as error:  # noqa: BLE001 (a chain no translator foresaw: the kernels check it)
-        return None, kernel_by_kernel(f"building it failed: {type(error).__name__}: {error}")
-    fused.litert, not_on_litert = litert_form(fused, bool(delegates))
-    if fused.litert is None:
-        try:
-            fused.session()
-        except Exception as error:  # noqa: BLE001 (onnxruntime refusing it: kernel by kernel)
-            return None, kernel_by_kernel(f"onnxruntime refused the fused model: "
-                                          f"{type(error).__name__}")
-    for delegate in delegates:
-        # Their weights would be held twice; a kernel-by-kernel run remakes them.
-        delegate.drop_sessions()
-    return fused, FUSED_ON_LITERT if fused.litert is not None else \
-        f"{FUSED} (not on LiteRT: {not_on_litert})"
+        return f"building it failed: {type(error).__name__}: {error}"
+
+
+def _why_no_delegate_form(view: MethodView, forms: list[DelegateForm | None]) -> str:
+    """Why some delegate has no ONNX form to take in ("" if each has one)."""
+    for choice, form in zip(view.delegates, forms):
+        if not isinstance(form, DelegateForm):
+            reasons = [r.reason for r in choice.refusals]
+            why = f": {reasons[0]}" if reasons else ""
+            return f"its XNNPACK delegates run on the reference interpreter{why}"
+    return ""
 
 
 def _why_not_kernels_only(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) -> str:
-    """Why a chain of kernels alone is not one session ("" if it can be): each kernel
+    """Why a chain of kernels alone is not one model ("" if it can be): each kernel
     must translate bit for bit (no delegate's rounding is there to hide a sum in
-    another order), and there must be enough of them to repay the session call."""
-    from exirc.runtime.engines.onnxruntime.delegate import onnxruntime_available, requested_engine
-
+    another order), and there must be enough of them to repay an engine's call."""
     calls = [(position, kernels[instr.op_index].name)
              for position, instr in enumerate(plan.chains[0].instructions)
              if isinstance(instr, P.KernelCall)]
@@ -147,9 +133,7 @@ def _why_not_kernels_only(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) 
             return f"instruction {position}: {name} has no ONNX form here"
         if name in _INEXACT:
             return f"instruction {position}: {name} would round otherwise on onnxruntime"
-    if requested_engine() == "torch":
-        return f"{ENGINE_VARIABLE}=torch"
-    return "" if onnxruntime_available() else "onnxruntime is not installed"
+    return ""
 
 
 class _Builder(ChainValues):
@@ -199,17 +183,16 @@ class _Builder(ChainValues):
     # -- building ---------------------------------------------------------------
 
     def build(self, instructions: list[Any], kernels: Mapping[int, Kernel],
-              backends: Sequence[tuple[Any, Any]]) -> FusedChain:
+              forms: Sequence[DelegateForm | None]) -> ChainForm:
         for position, instr in enumerate(instructions):
             self.position = position
             if isinstance(instr, P.FreeCall):
                 continue
             if isinstance(instr, P.DelegateCall):
-                handle = backends[instr.delegate_index][1]
-                if not isinstance(handle, OnnxDelegate):
-                    why = getattr(handle, "not_on_onnxruntime", "") or "not an XNNPACK delegate"
-                    raise NotMapped(f"instruction {position}: a delegate runs on torch ({why})")
-                self._delegate(position, handle, instr.args)
+                form = forms[instr.delegate_index]
+                if form is None:
+                    raise NotMapped(f"instruction {position}: a delegate has no ONNX form")
+                self._delegate(position, form, instr.args)
             elif isinstance(instr, P.KernelCall):
                 self._kernel(position, kernels[instr.op_index], instr.args)
             else:
@@ -272,7 +255,7 @@ class _Builder(ChainValues):
             return written
         return written if self.items(result) == written else None
 
-    def _delegate(self, position: int, handle: OnnxDelegate, args: list[int]) -> None:
+    def _delegate(self, position: int, handle: DelegateForm, args: list[int]) -> None:
         model = self.onnx.load_model_from_string(handle.model)
         graph = model.graph
         prefix = f"d{position}/"
@@ -317,7 +300,7 @@ class _Builder(ChainValues):
             raise NotMapped(f"value {value} is {tuple(tensor.shape)}, the delegate's {dims}")
         return tuple(tensor.shape) != tuple(dims)
 
-    def _finish(self, length: int) -> FusedChain:
+    def _finish(self, length: int) -> ChainForm:
         helper = self.onnx.helper
         self._check_no_overwrites()
         if self.read & self.produced:
@@ -348,19 +331,15 @@ class _Builder(ChainValues):
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                                   producer_name="exirc")
         model.ir_version = IR_VERSION
-        # The safe-softmax guard in 3 nodes, not 6; the graph is replaced only once done.
-        with contextlib.suppress(Exception):
-            simplify_bool_reductions(model)
-        # A backward LSTM direction's projection, reversed by a flip kernel, folds only here.
-        fold_recurrent_input_projections(model)
-        return FusedChain(model.SerializeToString(), length,
+        self.rules = apply_rules(model, CHAIN_RULES)
+        return ChainForm(model.SerializeToString(), length,
                           [(self.name(v), _last_position(self.plan.inputs, v))
                            for v in method_inputs],
                           [(self.name(v), self.env[v]) for v in constants],
                           {v: OutputMemory(self.name(v), torch.empty_like(
                               self.env[v], memory_format=torch.contiguous_format))
                            for v in outputs},
-                          floor)
+                          floor, self.rules.lines())
 
 
 def _last_position(inputs: Sequence[int], value: int) -> int:

@@ -19,7 +19,8 @@ Clamps are fused into their producers first (`fuse.fuse_clamps`), exactly as
 the torch path does, and emitted as Relu or Clip after the producer. Runs of
 nodes that are one ONNX operator are emitted as that operator: a decomposed
 layer norm (`onnx_fusions`), sibling slices as a Split (`onnx_split`). The
-finished model loses the Reshapes it does not need (`onnx_reshapes`).
+finished model is rewritten by `rules.DELEGATE_RULES`, in order (fewer
+Reshapes, GELU, hard sigmoid, LSTM and GRU layers as single nodes).
 """
 
 from __future__ import annotations
@@ -34,15 +35,8 @@ from exirc.runtime.delegates.xnnpack.compile import CompiledGraph, External
 from exirc.runtime.delegates.xnnpack.fuse import fuse_clamps
 from exirc.runtime.engines.onnx_form.builder import NotMapped, OnnxBuilder, value_name
 from exirc.runtime.engines.onnx_form.rewrites.fusions import plan_fusions
-from exirc.runtime.engines.onnx_form.rewrites.gelu import fuse_tanh_gelus
-from exirc.runtime.engines.onnx_form.rewrites.gru import fuse_grus
-from exirc.runtime.engines.onnx_form.rewrites.hardsigmoid import fuse_hardsigmoids
-from exirc.runtime.engines.onnx_form.rewrites.lstm import fuse_lstms
-from exirc.runtime.engines.onnx_form.rewrites.recurrent_input import (
-    fold_recurrent_input_projections,
-)
-from exirc.runtime.engines.onnx_form.rewrites.reshapes import simplify_reshapes
 from exirc.runtime.engines.onnx_form.rewrites.split import plan_splits
+from exirc.runtime.engines.onnx_form.rules import DELEGATE_RULES, RuleLog, apply_rules
 from exirc.runtime.engines.onnx_form.xnnpack_nodes import EMITTERS
 from exirc.serialize.xnnpack import graph as G
 
@@ -63,6 +57,7 @@ class OnnxModel:
     outputs: list[External]
     input_names: list[str]
     output_names: list[str]
+    rules: RuleLog = dataclasses.field(default_factory=RuleLog)  # what the rewrites did
 
 
 def _value_ids(params: G.NodeParams) -> list[int]:
@@ -105,17 +100,7 @@ def to_onnx(graph: G.XNNGraph, compiled: CompiledGraph) -> OnnxModel:
         except NotMapped as reason:
             raise NotMapped(f"{label}: {reason}") from None
     model = _model(builder, compiled)
-    try:
-        fuse_tanh_gelus(model.model)
-        fuse_hardsigmoids(model.model)
-        fuse_lstms(model.model)  # before: the Reshapes it adds are then merged or dropped
-        fuse_grus(model.model)
-        simplify_reshapes(model.model)
-        fold_recurrent_input_projections(model.model)  # after: Reshapes no longer stand between
-    except Exception as error:  # noqa: BLE001 (a graph no rewrite foresaw, e.g. a hostile file's)
-        # The rewrites only make the model faster: the delegate runs on torch instead.
-        raise NotMapped(f"rewriting the ONNX form failed: {type(error).__name__}: {error}") \
-            from None
+    model.rules.fired.update(apply_rules(model.model, DELEGATE_RULES).fired)
     return model
 
 

@@ -28,7 +28,8 @@ from exirc.runtime import load
 from exirc.runtime.delegates.registry import BackendInitContext, payload
 from exirc.runtime.delegates.xnnpack import XnnpackBackend
 from exirc.runtime.delegates.xnnpack.run import execute
-from exirc.runtime.engines.onnxruntime.chain import FUSED, FUSED_ON_LITERT
+from exirc.runtime.engines.litert.chain import FUSED_ON_LITERT
+from exirc.runtime.engines.onnxruntime.chain import FUSED
 from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.reader import deserialize_blob
 from tests.oracle import requires_executorch

@@ -20,7 +20,8 @@ from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import UsageError
 from exirc.runtime import load
 from exirc.runtime.core.method import Method
-from exirc.runtime.engines.onnxruntime.chain import FUSED, FUSED_ON_LITERT
+from exirc.runtime.engines.litert.chain import FUSED_ON_LITERT
+from exirc.runtime.engines.onnxruntime.chain import FUSED
 from tests.models.zoo import ZOO, flatten_outputs
 from tests.runtime.engines.onnx_form.test_chain import kernel_by_kernel
 
@@ -38,7 +39,7 @@ def compiled(build: Callable[[], nn.Module], *inputs: torch.Tensor) -> tuple[byt
 def on_litert(build: Callable[[], nn.Module], inputs: list[torch.Tensor],
               monkeypatch: pytest.MonkeyPatch) -> tuple[Method, nn.Module, bytes]:
     """The module compiled for xnnpack and loaded with its chain on LiteRT."""
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    monkeypatch.delenv("EXIRC_ENGINE", raising=False)
     data, module = compiled(build, *inputs)
     method = load(data).method("forward")
     assert method.execution == FUSED_ON_LITERT, method.execution
@@ -53,9 +54,9 @@ def answers_as_everyone(method: Method, module: nn.Module, inputs: list[torch.Te
         expected = flatten_outputs(module(*inputs))
     got = flatten_outputs(method.run(inputs))
     separate = flatten_outputs(kernel_by_kernel(method, inputs))
-    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "onnxruntime")
+    monkeypatch.setenv("EXIRC_ENGINE", "onnxruntime")
     on_onnxruntime = load(data).method("forward")
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE")
+    monkeypatch.delenv("EXIRC_ENGINE")
     assert on_onnxruntime.execution.startswith(FUSED), on_onnxruntime.execution
     other = flatten_outputs(on_onnxruntime.run(inputs))
     for ours, want, kernels, ort in zip(got, expected, separate, other, strict=True):
@@ -88,13 +89,13 @@ def other_values(x: torch.Tensor) -> torch.Tensor:
 
 def tflite_operators(method: Method) -> collections.Counter[str]:
     """The builtin operators of the method's LiteRT model, by name."""
-    runner = method._fused.litert.runner()
+    runner = method.accelerated.runner.interpreters.runner()
     return collections.Counter(op["op_name"] for op in runner.interpreter._get_ops_details())
 
 
 def test_transposes_around_convolutions_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
     """exirc's chains wrap each convolution in NHWC<->NCHW transposes; none is left."""
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    monkeypatch.delenv("EXIRC_ENGINE", raising=False)
     model = ZOO["resnet_tiny"]
     data, _ = compiled(model.module, *model.inputs())
     operators = tflite_operators(load(data).method("forward"))
@@ -139,7 +140,7 @@ class Grouped(nn.Module):
 
 def test_a_node_with_no_tflite_form_stays_on_onnxruntime_and_says_why(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    monkeypatch.delenv("EXIRC_ENGINE", raising=False)
     x = torch.randn(1, 4, 8, 8)
     data, module = compiled(Grouped, x)
     method = load(data).method("forward")
@@ -151,7 +152,7 @@ def test_a_node_with_no_tflite_form_stays_on_onnxruntime_and_says_why(
 
 def test_results_kept_by_the_caller_are_never_overwritten(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    monkeypatch.delenv("EXIRC_ENGINE", raising=False)
     model = ZOO["mobilenet_tiny"]
     inputs = list(model.inputs())
     data, module = compiled(model.module, *inputs)
@@ -171,7 +172,7 @@ def test_results_kept_by_the_caller_are_never_overwritten(
 
 
 def test_each_thread_count_has_its_own_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    monkeypatch.delenv("EXIRC_ENGINE", raising=False)
     model = ZOO["resnet_tiny"]
     inputs = list(model.inputs())
     data, _ = compiled(model.module, *inputs)
@@ -184,15 +185,15 @@ def test_each_thread_count_has_its_own_interpreter(monkeypatch: pytest.MonkeyPat
         two = method.run(inputs)[0].clone()
     finally:
         torch.set_num_threads(saved)
-    runners = method._fused.litert._runners
+    runners = method.accelerated.runner.interpreters._runners
     assert set(runners) >= {1, 2} and runners[1].threads == 1
     assert runners[2].threads in (1, 2)  # the faster, timed at load
     torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-6)
 
 
 def test_a_model_too_slow_to_time_gets_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
-    monkeypatch.setattr("exirc.runtime.engines.litert.engine._MEASURED_UP_TO", 0.0)
+    monkeypatch.delenv("EXIRC_ENGINE", raising=False)
+    monkeypatch.setattr("exirc.runtime.engines.litert.interpreter._MEASURED_UP_TO", 0.0)
     model = ZOO["mlp"]
     data, _ = compiled(model.module, *model.inputs())
     saved = torch.get_num_threads()
@@ -201,23 +202,30 @@ def test_a_model_too_slow_to_time_gets_every_thread(monkeypatch: pytest.MonkeyPa
         method = load(data).method("forward")
     finally:
         torch.set_num_threads(saved)
-    assert method._fused.litert._runners[2].threads == 2
+    assert method.accelerated.runner.interpreters._runners[2].threads == 2
 
 
-def test_the_engine_variable_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("by", ["argument", "environment"])
+def test_the_engine_is_chosen_by_load_or_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                       by: str) -> None:
     model = ZOO["mlp"]
     data, _ = compiled(model.module, *model.inputs())
-    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "onnxruntime")
-    method = load(data).method("forward")
-    assert method.execution == f"{FUSED} (not on LiteRT: EXIRC_XNNPACK_ENGINE=onnxruntime)"
-    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "litert")
-    assert load(data).method("forward").execution == FUSED_ON_LITERT
-    monkeypatch.setattr("exirc.runtime.engines.litert.chain.litert_available", lambda: False)
+
+    def method(engine: str | None) -> Method:
+        if by == "environment" and engine is not None:
+            monkeypatch.setenv("EXIRC_ENGINE", engine)
+            return load(data).method("forward")
+        monkeypatch.delenv("EXIRC_ENGINE", raising=False)
+        return load(data, engine=engine).method("forward")
+
+    on_onnxruntime = method("onnxruntime")
+    assert (on_onnxruntime.engine, on_onnxruntime.execution) == ("onnxruntime", FUSED)
+    assert method("litert").execution == FUSED_ON_LITERT
+    assert method("reference").engine == "reference"
+    monkeypatch.setattr("exirc.runtime.engines.litert.engine.litert_available", lambda: False)
     with pytest.raises(UsageError, match="ai-edge-litert is not installed"):
-        load(data).method("forward")
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE")
-    method = load(data).method("forward")
-    assert method.execution == f"{FUSED} (not on LiteRT: ai-edge-litert is not installed)"
+        method("litert")
+    assert method(None).execution == f"{FUSED} (not on LiteRT: ai-edge-litert is not installed)"
 
 
 class ZeroDims(nn.Module):
@@ -272,11 +280,11 @@ class CountedPadding(nn.Module):
 def test_an_average_pool_counting_its_padding_stays_on_onnxruntime(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """TFLite divides by the elements inside the input; torch, by default, by all."""
-    monkeypatch.delenv("EXIRC_XNNPACK_ENGINE", raising=False)
+    monkeypatch.delenv("EXIRC_ENGINE", raising=False)
     x = torch.randn(1, 2, 6, 6)
     data, module = compiled(CountedPadding, x)
     method = load(data).method("forward")
-    if method._fused is None:
+    if method.accelerated is None:
         pytest.skip(f"not fused at all: {method.execution}")
     assert "not on LiteRT" in method.execution, method.execution
     with torch.no_grad():

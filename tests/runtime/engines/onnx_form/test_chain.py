@@ -15,7 +15,6 @@ from torch import nn
 from exirc.compiler import CompileOptions, compile_module
 from exirc.runtime import load
 from exirc.runtime.core.method import Method
-from exirc.runtime.engines.onnxruntime.delegate import ENGINE_VARIABLE
 from tests.models.zoo import ZOO, flatten_outputs
 
 pytest.importorskip("onnxruntime")
@@ -34,8 +33,8 @@ def xnnpack_program(name: str) -> bytes:
                           options=CompileOptions(target="xnnpack")).data
 
 
-def forward(name: str) -> Method:
-    return load(xnnpack_program(name)).method("forward")
+def forward(name: str, engine: str | None = None) -> Method:
+    return load(xnnpack_program(name), engine=engine).method("forward")
 
 
 def kernel_by_kernel(method: Method, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -49,7 +48,7 @@ def test_the_fused_chain_answers_as_the_kernels_and_eager_do(name: str) -> None:
     if not model.available:
         pytest.skip(f"{name} needs {model.requires}")
     method = forward(name)
-    assert method._fused is not None, "the chain was expected to fuse"
+    assert method.accelerated is not None, "the chain was expected to fuse"
     inputs = list(model.inputs())
     fused = flatten_outputs(method.run(inputs))
     again = flatten_outputs(method.run(inputs))  # the reused binding
@@ -91,7 +90,7 @@ def test_a_change_of_thread_count_makes_a_session_for_it() -> None:
         one = flatten_outputs(method.run(inputs))
     finally:
         torch.set_num_threads(before)
-    assert method._fused is not None and len(method._fused._sessions) >= 2
+    assert method.accelerated is not None and len(method.accelerated.runner._sessions) >= 2
     for a, b in zip(one, two):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
@@ -129,8 +128,8 @@ def test_any_and_all_run_fused_on_the_bools_with_the_kernels_answers() -> None:
     example = torch.randn(2, 3, 6)
     method = load(compile_module(model, [example], options=CompileOptions(
         target="xnnpack")).data).method("forward")
-    assert method._fused is not None
-    ops = [node.op_type for node in onnx.load_from_string(method._fused.model).graph.node]
+    assert method.accelerated is not None
+    ops = [node.op_type for node in onnx.load_from_string(method.accelerated.form.model).graph.node]
     assert "Cast" not in ops, ops  # reduced over the bools, not over a widened copy
     inf_rows = example.clone()
     inf_rows[0, 1] = float("-inf")
@@ -151,10 +150,8 @@ def forward_on(name: str, engine: str, monkeypatch: pytest.MonkeyPatch) -> Metho
     """The program's forward with its chain fused on `engine`."""
     if engine == "litert":
         pytest.importorskip("ai_edge_litert")
-    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", engine)
-    method = forward(name)
-    assert method._fused is not None and (method._fused.litert is None) == (
-        engine == "onnxruntime"), method.execution
+    method = forward(name, engine)
+    assert method.engine == engine, method.execution
     return method
 
 
@@ -184,7 +181,7 @@ def test_a_negative_index_into_either_of_two_embeddings_fails_as_the_kernel_does
     if not model.available:
         pytest.skip("bert needs transformers")
     method = forward_on("bert", engine, monkeypatch)
-    assert method._fused is not None and method._fused.floor is not None
+    assert method.accelerated is not None and method.accelerated.form.floor is not None
     inputs = [t.clone() for t in model.inputs()]
     inputs[position].view(-1)[3] = -1
     fails_as_the_kernels_do(method, inputs)
@@ -207,26 +204,34 @@ def test_a_kernel_without_an_onnx_form_keeps_the_chain_kernel_by_kernel() -> Non
     module, x = CumulativeHead().eval(), torch.randn(2, 8)
     data = compile_module(module, (x,), options=CompileOptions(target="xnnpack")).data
     method = load(data).method("forward")
-    assert method._fused is None
+    assert method.accelerated is None
     with torch.no_grad():
         torch.testing.assert_close(method.run([x])[0], module(x), rtol=1e-5, atol=1e-6)
 
 
-def test_the_torch_engine_fuses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
+def test_the_reference_engine_fuses_nothing() -> None:
     model = ZOO["vit_tiny"]
-    method = forward("vit_tiny")
-    assert method._fused is None
+    method = forward("vit_tiny", "reference")
+    assert method.accelerated is None and method.engine == "reference"
+    assert method.delegate_engines == ["reference"] * len(method.delegate_engines)
     torch.testing.assert_close(method.run(list(model.inputs()))[0],
                                model.reference_outputs()[0], rtol=model.rtol, atol=model.atol)
 
 
-def test_a_profiled_run_still_times_every_instruction() -> None:
+def test_a_profiled_run_times_the_engine_plain_runs_use() -> None:
     from exirc.runtime.core.profile import Profile
 
-    method, inputs = forward("vit_tiny"), list(ZOO["vit_tiny"].inputs())
+    inputs = list(ZOO["vit_tiny"].inputs())
+    method = forward("vit_tiny")
     profile = Profile()
-    method.run(inputs, profile=profile)
+    profiled = method.run(inputs, profile=profile)
+    assert [row["op"] for row in profile.rows()] == [method.execution]
+    assert profile.instruction_rows() == []  # the engine's call is not an instruction
+    for got, want in zip(flatten_outputs(profiled), flatten_outputs(method.run(inputs))):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # On the reference every instruction is timed.
+    reference, profile = forward("vit_tiny", "reference"), Profile()
+    reference.run(inputs, profile=profile)
     labels = " ".join(str(row) for row in profile.rows())
     assert "any" in labels and "where" in labels and "delegate" in labels.lower()
 
@@ -250,7 +255,7 @@ def test_inputs_are_read_where_the_caller_has_them_whatever_it_does_to_them() ->
     x = torch.randn(4, 4)
     data = compile_module(module, (x,), options=CompileOptions(target="xnnpack")).data
     method = load(data).method("forward")
-    assert method._fused is not None
+    assert method.accelerated is not None
 
     def check(given: object, expected_input: torch.Tensor) -> None:
         outputs = method.run([given])
@@ -285,7 +290,7 @@ def test_a_translator_failing_unforeseen_leaves_the_method_kernel_by_kernel(
     monkeypatch.setitem(onnx_chain._TRANSLATORS, "aten::embedding.out", unforeseen)
     model = ZOO["embedding_classifier"]
     method = forward("embedding_classifier")
-    assert method._fused is None
+    assert method.accelerated is None
     assert method.execution == ("instruction by instruction (not fused: building it failed: "
                                 "ValueError: a shape no translator expected)")
     torch.testing.assert_close(flatten_outputs(method.run(list(model.inputs()))),

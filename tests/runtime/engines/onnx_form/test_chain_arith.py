@@ -88,7 +88,7 @@ class GatheredTypes(nn.Module):
 def test_an_expanded_mask_runs_fused() -> None:
     model, x = MaskedScores().eval(), torch.randn(2, 5, 6)
     method = method_of(model, [x])
-    assert method._fused is not None
+    assert method.accelerated is not None
     answers_as_kernels_and_eager(method, model, [x])
 
 
@@ -97,7 +97,7 @@ def test_position_ids_from_a_padding_mask_and_a_log_softmax_run_fused() -> None:
     model = PositionIds().eval()
     ids = torch.tensor([[5, 7, 1, 1, 9, 3], [1, 2, 3, 4, 5, 6]])
     method = method_of(model, [ids])
-    assert method._fused is not None
+    assert method.accelerated is not None
     answers_as_kernels_and_eager(method, model, [ids])
     other = torch.tensor([[1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2]])
     answers_as_kernels_and_eager(method, model, [other])
@@ -108,7 +108,7 @@ def test_a_gather_runs_fused_and_a_bad_index_fails_as_the_kernel_does() -> None:
     model = GatheredTypes().eval()
     positions = torch.tensor([[0, 3, 2, 7, 1], [6, 6, 5, 4, 0]])
     method = method_of(model, [positions])
-    assert method._fused is not None
+    assert method.accelerated is not None
     answers_as_kernels_and_eager(method, model, [positions])
     for bad in (-1, 8):  # ONNX would wrap -1; 8 is past the end
         wrong = positions.clone()
@@ -138,7 +138,7 @@ def test_near_misses_stay_kernel_by_kernel_and_right(variant: str, fuses: bool) 
     model = NearMisses(variant).eval()
     inputs = [torch.randn(3, 4), torch.tensor([[1, 2], [3, 2**62]])]  # sums wrap around
     method = method_of(model, inputs)
-    assert (method._fused is not None) == fuses
+    assert (method.accelerated is not None) == fuses
     answers_as_kernels_and_eager(method, model, inputs)
 
 
@@ -162,5 +162,5 @@ def test_comparisons_run_fused_exactly() -> None:
     ids = torch.tensor([[3, 17, 2, 18], [5, 5, 0, 19]])
     other = torch.tensor([[3, 16, 4, 18], [6, 5, 0, 1]])
     method = method_of(model, [ids, other])
-    assert method._fused is not None
+    assert method.accelerated is not None
     answers_as_kernels_and_eager(method, model, [ids, other])

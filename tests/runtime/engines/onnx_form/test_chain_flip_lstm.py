@@ -28,7 +28,7 @@ def fused(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[Method, Counter
     and the op types of its fused chain."""
     data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
     method = load(data).method("forward")
-    assert method._fused is not None, "the chain was expected to fuse"
+    assert method.accelerated is not None, "the chain was expected to fuse"
     with torch.no_grad():
         expected = model(*inputs)
     expected = list(expected) if isinstance(expected, tuple) else [expected]
@@ -37,7 +37,8 @@ def fused(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[Method, Counter
     for a, b, want in zip(got, kernels, expected, strict=True):
         torch.testing.assert_close(a, want, rtol=RTOL, atol=ATOL)
         torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
-    ops = Counter(node.op_type for node in onnx.load_from_string(method._fused.model).graph.node)
+    model = onnx.load_from_string(method.accelerated.form.model)
+    ops = Counter(node.op_type for node in model.graph.node)
     return method, ops
 
 

@@ -17,7 +17,7 @@ from exirc.compiler import CompileOptions, compile_module
 from exirc.runtime import load
 from exirc.runtime.core.method import Method
 from exirc.runtime.engines.onnxruntime.chain import FUSED
-from exirc.runtime.engines.onnxruntime.delegate import ENGINE_VARIABLE
+from exirc.runtime.engines.policy import ENGINE_VARIABLE
 from tests.models.zoo import AddOnes
 from tests.runtime.engines.onnx_form.test_chain import kernel_by_kernel
 from tests.runtime.engines.onnx_form.test_chain_arith import method_of
@@ -82,7 +82,7 @@ def test_a_kernel_that_would_round_otherwise_keeps_the_chain_on_torch() -> None:
 
     model, x = Normalised(), torch.randn(3, 5)
     method = portable(model, x)
-    assert method._fused is None
+    assert method.accelerated is None
     assert "would round otherwise on onnxruntime" in method.execution, method.execution
     same_bits_as_kernels_and_eager(method, model, [x])
 
@@ -90,23 +90,23 @@ def test_a_kernel_that_would_round_otherwise_keeps_the_chain_on_torch() -> None:
 def test_a_short_chain_is_not_worth_a_session() -> None:
     model, x = AddOnes(3), torch.randn(4)
     method = portable(model, x)
-    assert method._fused is None
+    assert method.accelerated is None
     assert "3 kernel calls: fewer than 4" in method.execution, method.execution
     same_bits_as_kernels_and_eager(method, model, [x])
 
 
-def test_torch_when_asked_for_or_when_onnxruntime_is_missing(
+def test_the_reference_when_asked_for_or_when_onnxruntime_is_missing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     model, inputs = PaddingPositions(), ids_and_scores()
     data = compile_module(model, tuple(inputs), options=CompileOptions(target="portable")).data
-    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
+    monkeypatch.setenv(ENGINE_VARIABLE, "reference")
     method = load(data).method("forward")
-    assert method._fused is None and f"{ENGINE_VARIABLE}=torch" in method.execution
+    assert method.accelerated is None and f"{ENGINE_VARIABLE}='reference'" in method.execution
     same_bits_as_kernels_and_eager(method, model, inputs)
     monkeypatch.delenv(ENGINE_VARIABLE)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` fails
     method = load(data).method("forward")
-    assert method._fused is None and "onnxruntime is not installed" in method.execution
+    assert method.accelerated is None and "onnx is not installed" in method.execution
     same_bits_as_kernels_and_eager(method, model, inputs)
 
 

@@ -21,7 +21,9 @@ from exirc.runtime import load
 from exirc.runtime.delegates.xnnpack.backend import XnnpackBackend
 from exirc.runtime.delegates.xnnpack.pooling import FLAG_KEEP_DIMS
 from exirc.runtime.engines.onnx_form import xnnpack_graph as onnx_graph
-from exirc.runtime.engines.onnxruntime.delegate import ENGINE_VARIABLE, OnnxDelegate, choose_engine
+from exirc.runtime.engines.onnxruntime.delegate import OnnxDelegate
+from exirc.runtime.engines.onnxruntime.engine import ONNXRUNTIME_ENGINE
+from exirc.runtime.engines.policy import EnginePolicy
 from exirc.serialize.xnnpack import graph as G
 from tests.oracle import requires_executorch
 from tests.runtime.delegates.xnnpack.graphs import GraphBuilder, NamedContext
@@ -58,12 +60,10 @@ def assert_close(ours: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor],
 
 def on_both_engines(data: bytes, inputs: Sequence[torch.Tensor],
                     monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
-    """The program's outputs on onnxruntime, checked against the torch engine's."""
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    on_ort = load(data).run("forward", [t.clone() for t in inputs])
-    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
-    on_torch = load(data).run("forward", [t.clone() for t in inputs])
-    assert_close(on_ort, on_torch, "onnxruntime vs torch engine")
+    """The program's outputs on onnxruntime, checked against the reference's."""
+    on_ort = load(data, engine="onnxruntime").run("forward", [t.clone() for t in inputs])
+    on_reference = load(data, engine="reference").run("forward", [t.clone() for t in inputs])
+    assert_close(on_ort, on_reference, "onnxruntime vs the reference")
     return on_ort
 
 
@@ -88,8 +88,8 @@ def run_hand_built(g: GraphBuilder, inputs: Sequence[torch.Tensor],
     torch path's."""
     blob = g.finish()
     compiled = XnnpackBackend().prepare(blob, NamedContext(g.named))  # type: ignore[arg-type]
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    delegate = choose_engine(blob.graph, compiled)
+    delegate = ONNXRUNTIME_ENGINE.prepare_delegate("XnnpackBackend", compiled,
+                                                   EnginePolicy("onnxruntime"))
     assert isinstance(delegate, OnnxDelegate)
     outputs = [torch.empty(blob.graph.values[v].dims) for v in blob.graph.output_ids]
     delegate.execute([*inputs, *outputs])
@@ -168,8 +168,7 @@ def test_executorch_lowering_of_a_layer_norm(affine: bool, onnx_ops: list[list[s
     model = ZooModel("ln_executorch", _normed(lambda: _randomised(
         nn.LayerNorm(32, elementwise_affine=affine))), lambda: (torch.randn(1, 17, 32),))
     data = executorch_xnnpack_pte(model)
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    program = load(data)
+    program = load(data, engine="onnxruntime")
     assert_close(program.run("forward", list(model.inputs())), eager(model),
                  "executorch lowering on onnxruntime vs eager")
     operators = {op.name for plan in program.program.execution_plan for op in plan.operators}

@@ -260,7 +260,8 @@ def test_a_transformer_block_runs_with_fewer_reshapes(
     simplified = on_both_engines(data, [x], monkeypatch)
     with torch.no_grad():
         assert_close(simplified, [model(x)], "onnxruntime vs eager")
-    monkeypatch.setattr(onnx_graph, "simplify_reshapes", lambda model: None)
+    monkeypatch.setattr(onnx_graph, "DELEGATE_RULES", tuple(
+        rule for rule in onnx_graph.DELEGATE_RULES if rule.name != "reshapes"))
     as_emitted = on_both_engines(data, [x], monkeypatch)
     for ours, theirs in zip(simplified, as_emitted, strict=True):
         assert torch.equal(ours, theirs)
@@ -281,24 +282,30 @@ def test_shapes_that_contradict_leave_the_model_as_it_is() -> None:
     assert simplified == model
 
 
-def test_a_rewrite_that_fails_leaves_the_delegate_to_torch(monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
-    # A graph no rewrite foresaw (a hostile file's) must not fail the load with the
-    # rewrite's own exception: the delegate runs on torch, or, with onnxruntime
-    # forced, the load fails with the engine's typed error naming the cause.
+def test_a_rule_that_fails_leaves_the_delegate_to_the_reference_with_its_reason(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A graph no rule foresaw (a hostile file's) must not fail the load with the
+    # rule's own exception, nor be swallowed: the delegate runs on the reference
+    # with the failure as its recorded reason, or, with onnxruntime asked for by
+    # name, the load fails with the engine's typed error naming the rule.
     from exirc.runtime import load
-    from exirc.runtime.engines.onnxruntime.delegate import ENGINE_VARIABLE
+    from exirc.runtime.engines.onnx_form import rules
 
-    def broken(model: Any) -> None:
+    def broken(model: Any) -> int:
         raise IndexError("list index out of range")
 
     torch.manual_seed(0)
     model, x = Block().eval(), torch.randn(1, 9, 32)
     data = compile_module(model, (x,), options=CompileOptions(target="xnnpack")).data
-    monkeypatch.setattr(onnx_graph, "simplify_reshapes", broken)
+    failing = tuple(rules.Rule(r.name, broken, r.what) if r.name == "reshapes" else r
+                    for r in rules.DELEGATE_RULES)
+    monkeypatch.setattr(rules, "DELEGATE_RULES", failing)
+    monkeypatch.setattr(onnx_graph, "DELEGATE_RULES", failing)
+    method = load(data).method("forward")
+    assert method.delegate_engines[0].startswith("reference (not on onnxruntime: rewrite rule "
+                                                 "'reshapes' failed: IndexError")
     with torch.no_grad():
-        assert_close(load(data).method("forward").run([x]), [model(x)], "torch vs eager")
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    with pytest.raises(UnsupportedOperatorError, match="rewriting the ONNX form failed: "
+        assert_close(method.run([x]), [model(x)], "reference vs eager")
+    with pytest.raises(UnsupportedOperatorError, match="rewrite rule 'reshapes' failed: "
                                                         "IndexError"):
-        load(data)
+        load(data, engine="onnxruntime")

@@ -148,9 +148,9 @@ def test_attention_runs_fused_with_the_short_guard() -> None:
     inputs = [torch.randn(1, 5, 16)]
     data = compile_module(model, inputs, options=CompileOptions(target="xnnpack")).data
     method = load(data).method("forward")
-    fused = method._fused
+    fused = method.accelerated
     assert fused is not None
-    ops = [node.op_type for node in onnx.load_from_string(fused.model).graph.node]
+    ops = [node.op_type for node in onnx.load_from_string(fused.form.model).graph.node]
     assert (ops.count("Equal"), ops.count("ReduceMin"), ops.count("Where")) == (1, 1, 1), ops
     assert not {"Not", "Cast", "ReduceMax"} & set(ops), ops
     with torch.no_grad():

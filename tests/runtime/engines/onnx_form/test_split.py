@@ -41,7 +41,8 @@ def test_lstm_gates_are_one_split_a_step(onnx_ops: list[list[str]],  # noqa: F81
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # The cells as emitted: the LSTM pass (tested in test_xnnpack_onnx_lstm) would
     # make them one LSTM node and leave no gates to split.
-    monkeypatch.setattr(onnx_graph, "fuse_lstms", lambda model: False)
+    monkeypatch.setattr(onnx_graph, "DELEGATE_RULES", tuple(
+        rule for rule in onnx_graph.DELEGATE_RULES if rule.name != "lstm"))
     torch.manual_seed(0)
     model, x = Recurrent().eval(), torch.randn(2, 5, 8)
     data = compile_module(model, (x,), options=CompileOptions(target="xnnpack")).data

@@ -46,7 +46,7 @@ def model_and_program() -> tuple[nn.Module, bytes]:
 
 def fused_method() -> Method:
     method = load(model_and_program()[1]).method("forward")
-    assert method._fused is not None, "the chain was expected to fuse"
+    assert method.accelerated is not None, "the chain was expected to fuse"
     return method
 
 

@@ -1,8 +1,8 @@
-"""XNNPACK delegates on onnxruntime (exirc.runtime.engines.onnxruntime.delegate): the same
-answers as the torch path and eager PyTorch, for programs lowered by exirc
-(`--target xnnpack`) and by ExecuTorch's XnnpackPartitioner; delegates the ONNX
-form cannot take stay on torch; EXIRC_XNNPACK_ENGINE forces either engine, and
-forcing one that cannot be had is a typed error."""
+"""XNNPACK delegates on onnxruntime (exirc.runtime.engines.onnxruntime): the same
+answers as the reference interpreter and eager PyTorch, for programs lowered by
+exirc (`--target xnnpack`) and by ExecuTorch's XnnpackPartitioner; delegates the
+ONNX form cannot take stay on the reference; `engine=` (EXIRC_ENGINE, `exirc run
+--engine`) picks the engine, and asking for one that cannot be had is a typed error."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -24,11 +23,13 @@ from exirc.errors import FormatError, InputError, UnsupportedOperatorError, Usag
 from exirc.runtime import load
 from exirc.runtime.delegates.registry import BackendInitContext, payload
 from exirc.runtime.delegates.xnnpack import XnnpackBackend
-from exirc.runtime.delegates.xnnpack.compile import CompiledGraph
 from exirc.runtime.delegates.xnnpack.run import execute
-from exirc.runtime.engines.litert.engine import litert_available
-from exirc.runtime.engines.onnxruntime.chain import FUSED, FUSED_ON_LITERT
-from exirc.runtime.engines.onnxruntime.delegate import ENGINE_VARIABLE, OnnxDelegate, choose_engine
+from exirc.runtime.engines.litert.chain import FUSED_ON_LITERT
+from exirc.runtime.engines.litert.interpreter import litert_available
+from exirc.runtime.engines.onnxruntime.chain import FUSED
+from exirc.runtime.engines.onnxruntime.delegate import OnnxDelegate
+from exirc.runtime.engines.onnxruntime.engine import ONNXRUNTIME_ENGINE
+from exirc.runtime.engines.policy import ENGINE_VARIABLE, EnginePolicy
 from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.reader import deserialize_blob
 from tests.oracle import requires_executorch
@@ -67,17 +68,28 @@ def lowered(name: str, by: str) -> bytes:
     return exirc_lowered(name) if by == "exirc" else executorch_lowered(name)
 
 
-def handles(data: bytes) -> list[Any]:
-    """The handle XnnpackBackend.init gives each XNNPACK delegate of the program."""
-    program = load(data).program
-    return [XnnpackBackend().init(payload(program, delegate), delegate.compile_specs,
-                                  BackendInitContext(program, "test"))
-            for plan in program.execution_plan for delegate in plan.delegates
-            if delegate.id == "XnnpackBackend"]
+def delegate_engines(data: bytes, engine: str | None = None) -> list[str]:
+    """The engine each delegate of the program runs on, loaded with `engine`."""
+    program = load(data, engine=engine)
+    return [choice.split(" ")[0] for method in program.methods.values()
+            for choice in method.delegate_engines]
 
 
-def run(data: bytes, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return load(data).run("forward", [t.clone() for t in inputs])
+def on_onnxruntime(data: bytes) -> OnnxDelegate:
+    """The program's only XNNPACK delegate, as the onnxruntime engine prepares it."""
+    program = load(data, engine="reference").program
+    (delegate,) = [d for plan in program.execution_plan for d in plan.delegates]
+    compiled = XnnpackBackend().init(payload(program, delegate), delegate.compile_specs,
+                                     BackendInitContext(program, "test"))
+    handle = ONNXRUNTIME_ENGINE.prepare_delegate("XnnpackBackend", compiled,
+                                                 EnginePolicy("onnxruntime"))
+    assert isinstance(handle, OnnxDelegate)
+    return handle
+
+
+def run(data: bytes, inputs: Sequence[torch.Tensor], engine: str | None = None
+        ) -> list[torch.Tensor]:
+    return load(data, engine=engine).run("forward", [t.clone() for t in inputs])
 
 
 def assert_close(ours: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor],
@@ -93,24 +105,21 @@ LOWERINGS = ["exirc", pytest.param("executorch", marks=requires_executorch)]
 
 @pytest.mark.parametrize("by", LOWERINGS)
 @pytest.mark.parametrize("name", MAPPED)
-def test_onnxruntime_engine_matches_torch_engine_and_eager(
-        name: str, by: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_onnxruntime_engine_matches_the_reference_and_eager(name: str, by: str) -> None:
     data = lowered(name, by)
     inputs = ZOO[name].inputs()
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    engines = handles(data)
-    assert engines and all(isinstance(h, OnnxDelegate) for h in engines)
-    on_ort = run(data, inputs)
-    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
-    assert all(isinstance(h, CompiledGraph) for h in handles(data))
-    on_torch = run(data, inputs)
-    assert_close(on_ort, on_torch, f"{name} ({by}): onnxruntime vs torch engine")
+    engines = delegate_engines(data, "onnxruntime")
+    assert engines and set(engines) == {"onnxruntime"}
+    on_ort = run(data, inputs, "onnxruntime")
+    assert set(delegate_engines(data, "reference")) == {"reference"}
+    on_reference = run(data, inputs, "reference")
+    assert_close(on_ort, on_reference, f"{name} ({by}): onnxruntime vs the reference")
     assert_close(on_ort, eager(ZOO[name]), f"{name} ({by}): onnxruntime vs eager")
 
 
 def test_onnxruntime_is_the_default_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENGINE_VARIABLE, raising=False)
-    assert all(isinstance(h, OnnxDelegate) for h in handles(exirc_lowered("mobilenet_block")))
+    assert set(delegate_engines(exirc_lowered("mobilenet_block"))) == {"onnxruntime"}
 
 
 @functools.cache
@@ -122,11 +131,10 @@ def quantized_mlp() -> bytes:
                           options=CompileOptions(target="xnnpack", quantize="int8")).data
 
 
-def test_a_delegate_with_an_unmapped_node_stays_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_delegate_with_an_unmapped_node_stays_on_the_reference() -> None:
     data = quantized_mlp()
-    monkeypatch.setenv(ENGINE_VARIABLE, "auto")
-    engines = handles(data)
-    assert engines and all(isinstance(h, CompiledGraph) for h in engines)
+    engines = delegate_engines(data, "auto")
+    assert engines and set(engines) == {"reference"}
     # int8 arithmetic: eager's answer within the quantization's own error.
     torch.testing.assert_close(run(data, ZOO["mlp"].inputs())[0], eager(ZOO["mlp"])[0],
                                rtol=0.05, atol=0.05)
@@ -136,12 +144,10 @@ def on_onnxruntime_as_on_torch_and_eager(data: bytes, model: torch.nn.Module,
                                          inputs: list[torch.Tensor],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Every delegate of `data` (compiled from `model`) runs on onnxruntime, with the
-    torch engine's and eager's answers."""
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    assert all(isinstance(h, OnnxDelegate) for h in handles(data))
-    on_ort = run(data, inputs)
-    monkeypatch.setenv(ENGINE_VARIABLE, "torch")
-    assert_close(on_ort, run(data, inputs), "onnxruntime vs torch engine")
+    reference's and eager's answers."""
+    assert set(delegate_engines(data, "onnxruntime")) == {"onnxruntime"}
+    on_ort = run(data, inputs, "onnxruntime")
+    assert_close(on_ort, run(data, inputs, "reference"), "onnxruntime vs the reference")
     with torch.no_grad():
         assert_close(on_ort, [model(*inputs)], "onnxruntime vs eager")
 
@@ -159,10 +165,9 @@ def test_bilinear_resizing_runs_on_onnxruntime_as_torch_resizes(
 def test_a_call_of_another_shape_runs_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ONNX model has the blob's static dims; a smaller dynamic batch still runs
     (on the torch path), and the declared one on onnxruntime, both rightly."""
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
     data = exirc_lowered("mlp_dynamic_batch")
     model = ZOO["mlp_dynamic_batch"].module()
-    program = load(data)
+    program = load(data, engine="onnxruntime")
     for batch in (2, 4, 8):
         x = torch.randn(batch, 12)
         with torch.no_grad():
@@ -172,9 +177,7 @@ def test_a_call_of_another_shape_runs_on_torch(monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_session_per_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sessions fix their thread count: a call under another torch count gets its own."""
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    (delegate,) = handles(exirc_lowered("mobilenet_block"))
-    assert isinstance(delegate, OnnxDelegate)
+    delegate = on_onnxruntime(exirc_lowered("mobilenet_block"))
     graph = delegate.fallback
     inputs = [torch.randn(e.dims) for e in graph.inputs]
     saved = torch.get_num_threads()
@@ -196,9 +199,7 @@ def test_a_reused_binding_follows_what_the_arguments_are_now(
     """Repeated calls reuse the binding made for the same tensors; a call whose list
     was changed in place, whose output was resized away, or whose tensors moved is
     checked afresh and still gets the right answer, wherever it runs."""
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
-    (delegate,) = handles(exirc_lowered("mlp"))
-    assert isinstance(delegate, OnnxDelegate)
+    delegate = on_onnxruntime(exirc_lowered("mlp"))
     graph = delegate.fallback
 
     def expected(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -234,46 +235,61 @@ def test_a_reused_binding_follows_what_the_arguments_are_now(
     assert_close(outputs, expected(inputs), "an input moved to new memory")
 
 
-def test_forcing_onnxruntime_when_it_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_asking_for_onnxruntime_when_it_is_not_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     data = exirc_lowered("mlp")
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` fails
-    monkeypatch.setenv(ENGINE_VARIABLE, "onnxruntime")
     with pytest.raises(UsageError) as raised:
-        load(data)
+        load(data, engine="onnxruntime")
     assert raised.value.code == "E0200"
     assert "onnxruntime or onnx is not installed" in str(raised.value)
     assert "pip install 'exirc[ort]'" in (raised.value.hint or "")
-    monkeypatch.setenv(ENGINE_VARIABLE, "auto")  # without the variable: the torch path
-    assert all(isinstance(h, CompiledGraph) for h in handles(data))
-    assert_close(run(data, ZOO["mlp"].inputs()), eager(ZOO["mlp"]), "mlp without onnxruntime")
+    # auto: the reference runs what no engine can
+    assert set(delegate_engines(data, "auto")) == {"reference"}
+    assert_close(run(data, ZOO["mlp"].inputs(), "auto"), eager(ZOO["mlp"]),
+                 "mlp without onnxruntime")
 
 
-def exirc_run(program: Path, engine: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exirc", "run", str(program), "--random"],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, ENGINE_VARIABLE: engine})
+def exirc_run(program: Path, engine: str, by: str = "option") -> subprocess.CompletedProcess[str]:
+    """`exirc run --random` with `engine` given by the option or the environment."""
+    option = ["--engine", engine] if by == "option" else []
+    environment = {k: v for k, v in os.environ.items() if k != ENGINE_VARIABLE}
+    if by == "environment":
+        environment[ENGINE_VARIABLE] = engine
+    return subprocess.run([sys.executable, "-m", "exirc", "run", str(program), "--random",
+                           *option], capture_output=True, text=True, timeout=120,
+                          env=environment)
 
 
-def test_cli_forcing_onnxruntime_on_a_delegate_it_cannot_take(tmp_path: Path) -> None:
+@pytest.mark.parametrize("by", ["option", "environment"])
+def test_cli_asking_for_onnxruntime_on_a_delegate_it_cannot_take(tmp_path: Path,
+                                                                 by: str) -> None:
     program = tmp_path / "quantized.pte"
     program.write_bytes(quantized_mlp())
-    result = exirc_run(program, "onnxruntime")
+    result = exirc_run(program, "onnxruntime", by)
     assert result.returncode == 4, result.stderr
     assert "error[E0400]" in result.stderr
-    assert "cannot run on onnxruntime" in result.stderr
+    assert "cannot run on it" in result.stderr
     assert "is torch.int8, not float32" in result.stderr
     assert "Traceback" not in result.stderr
-    assert exirc_run(program, "torch").returncode == 0
+    assert exirc_run(program, "reference", by).returncode == 0
 
 
 def test_cli_an_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
     program = tmp_path / "mlp.pte"
     program.write_bytes(exirc_lowered("mlp"))
-    result = exirc_run(program, "tensorrt")
+    result = exirc_run(program, "tensorrt", "environment")
     assert result.returncode == 2, result.stderr
     assert "error[E0200]" in result.stderr
-    assert "EXIRC_XNNPACK_ENGINE='tensorrt' is not an XNNPACK engine" in result.stderr
-    assert "auto, torch, onnxruntime" in result.stderr
+    assert "EXIRC_ENGINE='tensorrt' asks for engine 'tensorrt', which exirc does not have" \
+        in result.stderr
+    assert "reference, auto, onnxruntime, litert" in result.stderr
+    option = exirc_run(program, "tensorrt", "option")
+    assert option.returncode == 2 and "'tensorrt' is not one of" in option.stderr
+    old = subprocess.run([sys.executable, "-m", "exirc", "run", str(program), "--random"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "EXIRC_XNNPACK_ENGINE": "torch"})
+    assert old.returncode == 2 and "EXIRC_XNNPACK_ENGINE was renamed EXIRC_ENGINE" in old.stderr
 
 
 @requires_executorch
@@ -283,8 +299,7 @@ def test_graphs_changed_after_reading_agree_or_fail_typed(
     """Numbers changed in decoded graphs (as a hostile file would): whatever the torch
     path accepts, onnxruntime either declines (the delegate stays on torch) or
     computes the same; nothing but typed errors escapes."""
-    monkeypatch.setenv(ENGINE_VARIABLE, "auto")
-    program = load(executorch_lowered(name)).program
+    program = load(executorch_lowered(name), engine="reference").program
     context = BackendInitContext(program, "fuzz")
     rng = random.Random(7)
     on_ort = 0
@@ -298,7 +313,8 @@ def test_graphs_changed_after_reading_agree_or_fail_typed(
                                                     context)
             except (FormatError, UnsupportedOperatorError):
                 continue
-            handle = choose_engine(graph, compiled)
+            handle = ONNXRUNTIME_ENGINE.prepare_delegate("XnnpackBackend", compiled,
+                                                         EnginePolicy("auto"))
             if not isinstance(handle, OnnxDelegate):
                 continue
             on_ort += 1
@@ -346,7 +362,9 @@ def test_a_batch_matrix_multiply_by_a_transposed_input_runs_on_onnxruntime(
     ("mlp", "plain runs: " + (FUSED_ON_LITERT if litert_available() else
                               f"{FUSED} (not on LiteRT: ai-edge-litert is not installed)")),
     ("quantized", "plain runs: instruction by instruction (not fused: its XNNPACK delegates "
-                  "run on torch: constant 3 is torch.int8, not float32)")])
+                  "run on the reference interpreter: constant 3 is torch.int8, not float32); "
+                  "delegates on reference (not on onnxruntime: constant 3 is torch.int8, not "
+                  "float32)")])
 def test_cli_timing_says_how_plain_runs_go_and_why(program: str, expected: str,
                                                    tmp_path: Path) -> None:
     path = tmp_path / f"{program}.pte"

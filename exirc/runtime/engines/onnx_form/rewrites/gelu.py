@@ -44,23 +44,23 @@ HALF, ONE, CUBIC = 0.5, 1.0, 0.044715
 SCALE = math.sqrt(2.0 / math.pi)  # all compared as float32: torch's arithmetic rounds them so
 
 
-def fuse_tanh_gelus(model: ModelProto) -> bool:
+def fuse_tanh_gelus(model: ModelProto) -> int:
     """Rewrite `model`'s graph in place with each decomposed tanh-GELU as one Gelu
-    node (module docstring); True if anything changed. Takes and returns a
+    node (module docstring); how many were rewritten. Takes and returns a
     static-shape ONNX model without subgraphs; one whose shapes cannot be
     inferred is left alone."""
     import onnx
 
     graph = model.graph
     if not any(node.op_type in ("Tanh", "Sigmoid") for node in graph.node):
-        return False  # nothing to find: skip shape inference
+        return 0  # nothing to find: skip shape inference
     if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for node in graph.node for attribute in node.attribute):
-        return False  # readers inside subgraphs would not be counted
+        return 0  # readers inside subgraphs would not be counted
     try:
         shapes = inferred_shapes(model)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-        return False
+        return 0
     matcher = _GeluMatcher(model, shapes)
     replaced: dict[int, NodeProto] = {}  # id of a match's last node -> its Gelu
     removed: set[int] = set()
@@ -77,7 +77,7 @@ def fuse_tanh_gelus(model: ModelProto) -> bool:
         replaced[id(found.last)] = onnx.helper.make_node(
             "Gelu", [found.x], list(found.last.output), approximate="tanh")
     if not replaced:
-        return False
+        return 0
     nodes = [replaced.get(id(node), node) for node in graph.node
              if id(node) not in removed or id(node) in replaced]
     graph.node.clear()
@@ -90,7 +90,7 @@ def fuse_tanh_gelus(model: ModelProto) -> bool:
     kept_info = [info for info in graph.value_info if info.name in made]
     del graph.value_info[:]
     graph.value_info.extend(kept_info)
-    return True
+    return len(replaced)
 
 
 class _Match:

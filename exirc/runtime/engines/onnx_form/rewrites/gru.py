@@ -36,16 +36,16 @@ if TYPE_CHECKING:
     from onnx import ModelProto
 
 
-def fuse_grus(model: ModelProto) -> bool:
+def fuse_grus(model: ModelProto) -> int:
     """Rewrite `model`'s graph in place with unrolled GRU layers as GRU nodes
-    (module docstring); True if anything changed. Takes and returns a static-shape
+    (module docstring); how many layers. Takes and returns a static-shape
     ONNX model without subgraphs; one whose shapes cannot be inferred is left alone."""
     shapes = shapes_if_any(model, {"Sub", "Sigmoid", "Tanh"})
     if shapes is None:
-        return False
+        return 0
     rewriter = _GruRewriter(model, shapes)
     segments = rewriter.segments()
-    return bool(segments) and rewriter.rewrite(segments)
+    return len(segments) if segments and rewriter.rewrite(segments) else 0
 
 
 class _GruRewriter(GruMatcher, RecurrentRewriter):

@@ -45,18 +45,16 @@ if TYPE_CHECKING:
     from onnx import ModelProto
 
 
-def fuse_lstms(model: ModelProto) -> bool:
+def fuse_lstms(model: ModelProto) -> int:
     """Rewrite `model`'s graph in place with unrolled LSTM layers as LSTM nodes
-    (module docstring); True if anything changed. Takes and returns a static-shape
+    (module docstring); how many layers. Takes and returns a static-shape
     ONNX model without subgraphs; one whose shapes cannot be inferred is left alone."""
     shapes = shapes_if_any(model, {"Split", "Sigmoid", "Tanh"})  # (~2 ms on lstm_tagger)
     if shapes is None:
-        return False
+        return 0
     fuser = _Rewriter(model, shapes)
     segments = fuser.segments()
-    if not segments:
-        return False
-    return fuser.rewrite(segments)
+    return len(segments) if segments and fuser.rewrite(segments) else 0
 
 
 class _Rewriter(LstmMatcher, RecurrentRewriter):

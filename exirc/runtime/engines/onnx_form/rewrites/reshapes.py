@@ -62,26 +62,30 @@ the arithmetic in another order once they meet: a scale into a MatMul's alpha
 No rewrite makes such a pair meet: the results would move in the last bits."""
 
 
-def simplify_reshapes(model: ModelProto) -> None:
+def simplify_reshapes(model: ModelProto) -> int:
     """Rewrite `model`'s graph in place with fewer Reshapes (rules in the module
-    docstring). Takes and returns a static-shape ONNX model without subgraphs;
-    a model whose shapes cannot be inferred exactly is left as it is."""
+    docstring); how many rewrites it made. Takes and returns a static-shape ONNX
+    model without subgraphs; one whose shapes cannot be inferred exactly is left
+    as it is."""
     import onnx
 
     graph = model.graph
     if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for node in graph.node for attribute in node.attribute):
-        return  # readers inside subgraphs are not counted below
+        return 0  # readers inside subgraphs are not counted below
     try:
         shapes = inferred_shapes(model)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-        return  # shapes we cannot be sure of: nothing is rewritten
+        return 0  # shapes we cannot be sure of: nothing is rewritten
     rewriter = _Rewriter(model, shapes)
     # Each rewrite removes a Reshape or moves a norm above one: this many always end it.
+    steps = 0
     for _ in range(4 * len(graph.node) + 1):
         if not rewriter.step():
             break
+        steps += 1
     rewriter.finish()
+    return steps
 
 
 def inferred_shapes(model: ModelProto) -> dict[str, Shape]:

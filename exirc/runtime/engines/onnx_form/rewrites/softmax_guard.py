@@ -35,30 +35,30 @@ REDUCTIONS = {"ReduceMax": "ReduceMin", "ReduceMin": "ReduceMax"}  # each one's 
 _BOOL = 9  # onnx.TensorProto.BOOL
 
 
-def simplify_bool_reductions(model: ModelProto) -> bool:
-    """Rewrite `model`'s graph in place (rules in the module docstring); True if
-    anything changed. Takes and returns an ONNX model (opset 18+) without
+def simplify_bool_reductions(model: ModelProto) -> int:
+    """Rewrite `model`'s graph in place (rules in the module docstring); how many
+    rewrites it made. Takes and returns an ONNX model (opset 18+) without
     subgraphs; the graph is replaced only at the end, so an error leaves it as it was."""
     import onnx
 
     graph = model.graph
     if not {"ReduceMax", "ReduceMin"} & {node.op_type for node in graph.node}:
-        return False
+        return 0
     if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for node in graph.node for attribute in node.attribute):
-        return False  # readers inside subgraphs would not be counted
+        return 0  # readers inside subgraphs would not be counted
     if any(o.domain in ("", "ai.onnx") and o.version < 18 for o in model.opset_import):
-        return False  # bool reductions need opset 18's ReduceMax/ReduceMin
+        return 0  # bool reductions need opset 18's ReduceMax/ReduceMin
     rewriter = _Rewriter(model)
-    changed = False
+    steps = 0
     for _ in range(2 * len(graph.node) + 1):  # each rewrite removes a Not
         if not rewriter.step():
             break
-        changed = True
-    if changed:
+        steps += 1
+    if steps:
         graph.node.clear()
         graph.node.extend(rewriter.nodes)
-    return changed
+    return steps
 
 
 class _Rewriter:
