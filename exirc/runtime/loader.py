@@ -76,6 +76,7 @@ class LoadedProgram:
 
 
 def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+         max_seconds: float | None = None,
          kernels: KernelRegistry | None = None,
          backends: BackendRegistry | None = None,
          allow_any_aten: bool = False) -> LoadedProgram:
@@ -83,8 +84,9 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
 
     `max_memory` caps the bytes of planned memory (arenas) the program may
     claim; whatever it is, a plan larger than the memory available now is
-    refused. `max_steps` bounds the instructions one run may execute.
-    `kernels` and `backends` default to the global registries.
+    refused. `max_steps` bounds the work one run may do (and the CPU time its
+    loops may spend; `exirc.runtime.method`), `max_seconds`, if given, its
+    wall-clock time. `kernels` and `backends` default to the global registries.
 
     A program's operators must have registered kernels or be ATen operators
     on the runtime's allowlist (the built-in targets' kernel lists); others
@@ -117,7 +119,8 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                    for j, (delegate, backend) in enumerate(zip(plan.delegates,
                                                                backend_tables[i]))]
         method = Method(program, plan, where, kernel_tables[i], handles, max_steps,
-                        shapes.get(plan.name), shared, file_guard=mapped)
+                        shapes.get(plan.name), shared, max_seconds=max_seconds,
+                        file_guard=mapped)
         name_inputs_and_outputs(method, stored_names)
         methods[plan.name] = method
     name_modules(methods, plans, modules)
