@@ -329,8 +329,9 @@ def _cli_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[St
         _stage(f"exirc run --method {name}", stages, conn, _cli, args)
     with contextlib.suppress(OSError):
         os.unlink(outputs)
-    if _has_bundle(data):
-        _stage("exirc run --check", stages, conn, _cli, ["run", path, "--check"])
+    if _has_bundle(data):  # the bundled cases, on the same budget as the other runs
+        _stage("exirc run --check", stages, conn, _cli,
+               ["run", path, "--check", "--max-steps", str(limits.max_steps)])
 
 
 def _npz_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[Stage],
