@@ -44,6 +44,8 @@ Examples:
   exirc run model.pte --random --trace trace.json    a timeline for ui.perfetto.dev
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
   exirc run model.pte --check                        run the bundled test cases
+  exirc run model.pte --random --max-steps 1000000 --max-seconds 5
+                                                     a file you do not trust: tight limits
   exirc run model.pte --random --repeat 10 --json    outputs and latency, for programs
 
 Inputs are checked against the method's signature (count, dtype, rank,
