@@ -73,7 +73,7 @@ bench: install $(BENCH_STAMP)
 	$(PY) bench/run.py --out bench/results
 
 # The long runtime mutation campaign (the suite in `make test` runs 2,000):
-# every mutant in its own process (10 s, 4 GiB). Figures, findings and
+# every mutant in its own process (10 s of CPU per stage, 4 GiB). Figures, findings and
 # reproducers go to $(OUT)/mutants; exit status 1 if any mutant crashed, hung,
 # blew the memory limit or raised an untyped error.
 FUZZ_MUTANTS ?= 12000

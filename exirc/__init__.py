@@ -92,7 +92,7 @@ def load(source: str | os.PathLike[str] | bytes | memoryview, **limits: Any) -> 
     """Load a `.pte` program (a path, or its bytes) for running, as `exirc run` does.
 
     The keywords are `exirc.runtime.load`'s: max_memory=, max_steps=,
-    allow_any_aten=, kernels=, backends=. Run with `.run("forward", [inputs])`."""
+    max_seconds=, allow_any_aten=, kernels=, backends=. Run with `.run("forward", [inputs])`."""
     from exirc.runtime import load as load_program
 
     return load_program(source, **limits)

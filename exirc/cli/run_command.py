@@ -51,6 +51,8 @@ Examples:
   exirc run model.pte --random --trace trace.json    a timeline for ui.perfetto.dev
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
   exirc run model.pte --check                        run the bundled test cases
+  exirc run model.pte --random --max-steps 1000000 --max-seconds 5
+                                                     a file you do not trust: tight limits
   exirc run model.pte --random --repeat 10 --json    outputs and latency, for programs
 
 Inputs are checked against the method's signature (count, dtype, rank,
@@ -113,7 +115,13 @@ all pass and 5 if any fails.
 @click.option("--max-steps", type=click.IntRange(min=1), default=None,
               help="Work one run may do, in steps: each instruction once, plus, each time a "
                    "loop repeats one, a step per 1,000 element operations it does; loops also "
-                   "get 2.5 µs of wall-clock time per step (default 1,000,000).")
+                   "get 2.5 µs of CPU time per step (default 1,000,000,000: a backstop for "
+                   "a loop that never ends; for a file you do not trust, 1000000).")
+@click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="S",
+              help="Stop a run still looping S seconds (wall-clock time) after it started "
+                   "(default: no such limit, so how busy the machine is never changes the "
+                   "outcome).")
 @click.option("--allow-any-aten-op", "allow_any_aten", is_flag=True,
               help="Also run ATen operators outside the runtime's allowlist, straight from "
                    "torch. This trusts the file: some ATen kernels crash on bad arguments.")
@@ -140,9 +148,9 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
                 shape_options: tuple[str, ...], seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, warmup: int | None,
                 threads: int, profile_ops: bool, trace_path: str | None,
-                plugins: tuple[str, ...], max_steps: int | None, allow_any_aten: bool,
-                max_memory: int | None, engine: str | None, dump_engine: str | None,
-                check: bool, as_json: bool) -> None:
+                plugins: tuple[str, ...], max_steps: int | None, max_seconds: float | None,
+                allow_any_aten: bool, max_memory: int | None, engine: str | None,
+                dump_engine: str | None, check: bool, as_json: bool) -> None:
     """Run a method of the program file PATH and summarise its outputs."""
     if check:
         given = [flag for flag, used in (("--inputs", input_paths), ("--random", random_inputs),
@@ -189,8 +197,8 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
     # Loaded at the runs' thread count: a delegate's engine (onnxruntime) makes
     # its session for the count it is loaded at.
     with _out_of_memory(f"loading the program {path}"), torch_threads(threads):
-        program = load(path, max_memory=max_memory,
-                       max_steps=max_steps or DEFAULT_MAX_STEPS, allow_any_aten=allow_any_aten,
+        program = load(path, max_memory=max_memory, max_steps=max_steps or DEFAULT_MAX_STEPS,
+                       max_seconds=max_seconds, allow_any_aten=allow_any_aten,
                        engine="reference" if check else engine, dump_engine=dump_engine)
     if check:
         with _out_of_memory("running the bundled test cases"), torch_threads(threads):

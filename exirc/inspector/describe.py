@@ -22,7 +22,7 @@ from exirc.inspector.delegates import (
     program_payloads,
     weight_segments,
 )
-from exirc.inspector.lazy_json import Lazy
+from exirc.inspector.lazy_json import SLOT, Lazy, Template
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
 from exirc.inspector.quantization import quantization_facts
 from exirc.serialize import ProgramFile, io_names, symbolic_shapes
@@ -33,6 +33,10 @@ from exirc.serialize.symbolic_shapes import MethodShapes
 
 FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1
+
+# An entry of a method's `memory_plan.buffers`: a plan can list a hundred
+# thousand, so each is filled into a template rather than walked as a dict.
+_BUFFER = Template({"id": SLOT, "bytes": SLOT})
 
 
 def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
@@ -188,8 +192,8 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
             {"index": i, "name": op.name, "overload": op.overload, "calls": calls.get(i, 0)}
             for i, op in enumerate(plan.operators))),
         "memory_plan": {
-            "buffers": Lazy(buffers, lambda: ({"id": i, "bytes": size}
-                                              for i, size in enumerate(sizes) if i > 0 or size)),
+            "buffers": _BUFFER.rows(buffers, lambda: ((i, size) for i, size in enumerate(sizes)
+                                                      if i > 0 or size)),
             "total_bytes": sum(sizes),
             "planned_tensors": sum(1 for v in plan.values
                                    if isinstance(v, P.Tensor) and v.allocation_info),

@@ -7,9 +7,10 @@ says, as a user can: `load(bytes)` and `Method.run` on random inputs ("api")
 or on edge values ("hostile"), `exirc run` on a file ("cli": the command's
 own code, in-process), or `exirc run --inputs` with a bent .npz ("npz");
 then every `exirc inspect` view. It sends the runner a message before each
-stage (so a crash or a hang is placed) and the outcome of every stage at the
-end. An outcome is "ok", an exirc error code, or "traceback" for anything
-else (InternalError, E0100, included).
+stage, with its CPU time then (so a crash or a hang is placed, and a stage's
+CPU time known), and the outcome of every stage at the end. An outcome is
+"ok", an exirc error code, or "traceback" for anything else (InternalError,
+E0100, included).
 """
 
 from __future__ import annotations
@@ -78,7 +79,6 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     """The process's whole life: set up, drive the mutant, send the stages."""
     _isolate(limits, log_path)
     stages: list[Stage] = []
-    started = time.perf_counter()
     try:
         with memfd(data) as path:
             _drive(route, path, data, seed, limits, stages, conn, os.path.dirname(log_path))
@@ -86,7 +86,7 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     except BaseException as error:  # noqa: BLE001 (the harness's own failure, reported as such)
         stages.append(Stage("harness", "harness", _first_line(error)))
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    conn.send(("done", stages, time.perf_counter() - started, rss_kib))
+    conn.send(("done", stages, time.process_time(), rss_kib))
     conn.close()
     sys.stderr.flush()
     os._exit(0)  # nothing left to clean up: skip the interpreter's teardown
@@ -106,13 +106,16 @@ def locate_crash(data: bytes, route: str, seed: int, limits: Limits, log_path: s
 
 def pretend(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
             conn: Connection) -> None:
-    """A mutant's process that fails as `route` says ("crash", "hang", "raise",
-    "memory", or "ok"), so a test can check the runner tells each apart."""
+    """A mutant's process that fails as `route` says ("crash", "spin": busy
+    forever, "stall": asleep forever, "raise", "memory", or "ok"), so a test
+    can check the runner tells each apart."""
     _isolate(limits, log_path)
-    conn.send(("stage", "load"))
+    conn.send(("stage", "load", time.process_time()))
     if route == "crash":
         os.kill(os.getpid(), signal.SIGSEGV)
-    if route == "hang":
+    while route == "spin":
+        pass
+    if route == "stall":
         time.sleep(3600)
     stage = Stage("load", "ok")
     if route == "raise":
@@ -122,7 +125,8 @@ def pretend(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
             bytearray(limits.memory_bytes)  # more than the address space left
         except MemoryError as error:
             stage = Stage("load", "E0340", _first_line(error))
-    conn.send(("done", [stage], 0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    conn.send(("done", [stage], time.process_time(),
+               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     conn.close()
     os._exit(0)
 
@@ -202,7 +206,7 @@ def _first_line(error: BaseException) -> str:
 
 def _stage(name: str, stages: list[Stage], conn: Sender, fn: Any, *args: Any) -> Any:
     """Run one stage, recording its outcome; its result, or None if it failed."""
-    conn.send(("stage", name))
+    conn.send(("stage", name, time.process_time()))
     started = time.perf_counter()
     try:
         result = fn(*args)
@@ -325,8 +329,9 @@ def _cli_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[St
         _stage(f"exirc run --method {name}", stages, conn, _cli, args)
     with contextlib.suppress(OSError):
         os.unlink(outputs)
-    if _has_bundle(data):
-        _stage("exirc run --check", stages, conn, _cli, ["run", path, "--check"])
+    if _has_bundle(data):  # the bundled cases, on the same budget as the other runs
+        _stage("exirc run --check", stages, conn, _cli,
+               ["run", path, "--check", "--max-steps", str(limits.max_steps)])
 
 
 def _npz_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[Stage],

@@ -152,7 +152,8 @@ def problems(result: Result) -> list[str]:
                      + (f", {result.site}" if result.site else "")
                      + (f" at {_frame(frame)}" if frame else ""))
     elif result.outcome == "hang":
-        found.append(f"hang (killed after the timeout) in {result.last_stage or '?'}")
+        found.append(f"hang (killed: {result.killed_for or 'over its budget'}) in "
+                     f"{result.last_stage or '?'}")
     return found
 
 

@@ -23,8 +23,10 @@ WARM_LIST_ENV = "EXIRC_MUTANTS_WARM_LIST"
 _MARKER = "--- modules imported ---"
 
 
-def discover(bases: Sequence[bytes], timeout: float = 120.0) -> list[str]:
-    """The modules a process imports driving `bases` through every stage."""
+def discover(bases: Sequence[bytes], timeout: float = 600.0) -> list[str]:
+    """The modules a process imports driving `bases` through every stage.
+    `timeout` is a cap for a process that never ends: an honest one takes
+    seconds, however busy the machine."""
     with tempfile.TemporaryDirectory(prefix="mutants-warm-") as folder:
         paths = []
         for i, data in enumerate(bases):

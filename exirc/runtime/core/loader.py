@@ -90,6 +90,7 @@ class LoadedProgram:
 
 
 def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+         max_seconds: float | None = None,
          kernels: KernelRegistry | None = None,
          backends: BackendRegistry | None = None,
          allow_any_aten: bool = False, engine: str | EnginePolicy | None = None,
@@ -99,8 +100,9 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
 
     `max_memory` caps the bytes of planned memory (arenas) the program may
     claim; whatever it is, a plan larger than the memory available now is
-    refused. `max_steps` bounds the instructions one run may execute.
-    `kernels` and `backends` default to the global registries.
+    refused. `max_steps` bounds the work one run may do (and the CPU time its
+    loops may spend; `exirc.runtime.core.method`), `max_seconds`, if given, its
+    wall-clock time. `kernels` and `backends` default to the global registries.
 
     A program's operators must have registered kernels or be ATen operators
     on the runtime's allowlist (the built-in targets' kernel lists); others
@@ -147,8 +149,8 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
                            else (ENGINE_RUNNER, choice.handle))
             choices.append(choice)
         method = Method(program, plan, where, kernel_tables[i], handles, max_steps,
-                        shapes.get(plan.name), shared, file_guard=mapped, policy=policy,
-                        delegate_choices=choices)
+                        shapes.get(plan.name), shared, max_seconds=max_seconds,
+                        file_guard=mapped, policy=policy, delegate_choices=choices)
         name_inputs_and_outputs(method, stored_names)
         methods[plan.name] = method
     name_modules(methods, plans, modules)

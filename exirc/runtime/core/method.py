@@ -9,16 +9,17 @@ outputs out so they survive the next run. One method instance runs one call
 at a time (its arenas are shared state).
 
 The budget bounds a run's work, so that a file that loops forever is stopped
-within seconds (`StepLimitError`). Straight-line code is bounded by its
-length, so only jumps need watching: a chain's instructions are counted once
-as it starts, and each backward jump taken is charged, before it re-runs
-them, the cost of the instructions between its destination and itself, each
-weighted by its work (`exirc.runtime.core.work`: one step for an instruction over
-small tensors, more for a big convolution). Backward jumps also check a
-wall-clock limit for loops, a safety net for work the estimates miss (a
-delegate's, a slow machine's). The plain loop thus pays per instruction
-only for the call and the test for a jump. A chain with no jumps at all
-(most are) pays not even that: it runs as a plain `for` over its actions
+(`StepLimitError`). Straight-line code is bounded by its length, so only
+jumps need watching: a chain's instructions are counted once as it starts,
+and each backward jump taken is charged, before it re-runs them, the cost of
+the instructions between its destination and itself, each weighted by its
+work (`exirc.runtime.core.work`: one step for an instruction over small tensors,
+more for a big convolution). Loops also read clocks now and then
+(`exirc.runtime.core.loop_clocks`): CPU time, a backstop for work the estimates
+miss, and wall-clock time only if the caller set `max_seconds`, so a busy
+machine never changes how a run ends. The plain loop thus pays per
+instruction only for the call and the test for a jump. A chain with no jumps
+at all (most are) pays not even that: it runs as a plain `for` over its actions
 (`steps.Prepared`), where a kernel call is a partial of the kernel, with no
 Python frame of its own; a failure is located by how far the loop got.
 
@@ -44,6 +45,7 @@ from exirc.errors import ExircError
 from exirc.runtime.core import arenas as memory
 from exirc.runtime.core.argument_checks import check_method
 from exirc.runtime.core.inputs import InputSpec, check_inputs, input_spec, signature
+from exirc.runtime.core.loop_clocks import LoopClocks
 from exirc.runtime.core.steps import Action, Site, Step, prepare, site_of, with_modules
 from exirc.runtime.core.values import Values, value_table, written_values
 from exirc.runtime.core.work import UNITS_PER_STEP, chain_costs, prefix_sums
@@ -62,29 +64,20 @@ if TYPE_CHECKING:
 Observer = Callable[[int, int], None]
 """`observer(chain, index)`: called after instruction `index` of `chain` has run."""
 
-DEFAULT_MAX_STEPS = 1_000_000
+DEFAULT_MAX_STEPS = 1_000_000_000
 """Steps one run may take: each instruction once, plus, for each time a loop
 repeats an instruction, its cost (1 over small tensors, more over large
-ones; `exirc.runtime.core.work`). Room for loops over many thousands of items, and
-about two seconds of a loop that never ends."""
+ones; `exirc.runtime.core.work`). A backstop against a program that never ends,
+not a limit real programs meet (ExecuTorch's runtime has none): 300 passes
+of tanh(y @ w) over 512x512 matrices take 21 million steps (a second of a
+core), 2% of it. A loop that never ends is stopped after about a minute of
+big operators (their estimates err high), ten of the cheapest instructions
+(1.3 million steps a second). For a file you do not trust, give a tight
+limit (1,000,000: a second or two of work) and `max_seconds`."""
 
-SECONDS_PER_STEP = 2.5e-6
-"""The wall-clock time allowed for loops grows with the step limit, by this
-much per step (2.5 s for the default limit): raising `max_steps` raises both."""
-
-MIN_LOOP_SECONDS = 1.0
-"""The least wall-clock time allowed for loops, however low the step limit,
-so that a small limit fails on steps, predictably, rather than on a slow
-moment of the machine."""
-
-Allowance = tuple[int, float | None]
-"""What a run has left as it moves from chain to chain: its steps, and the
-time its loops must end by (None until the first backward jump)."""
-
-
-def loop_seconds(max_steps: int) -> float:
-    """The wall-clock time allowed for a run's loops under a step limit of `max_steps`."""
-    return max(MIN_LOOP_SECONDS, max_steps * SECONDS_PER_STEP)
+Allowance = tuple[int, float]
+"""What a run has left as it moves from chain to chain: its steps, and when
+(`time.monotonic`) its loops next read the clocks (`LoopClocks`)."""
 
 
 class Method:
@@ -97,16 +90,16 @@ class Method:
                  max_seconds: float | None = None, file_guard: MappedFile | None = None,
                  policy: EnginePolicy | None = None,
                  delegate_choices: Sequence[DelegateChoice] = ()) -> None:
-        """`max_steps` bounds a run's work (see `DEFAULT_MAX_STEPS`); `max_seconds`
-        the wall-clock time from its first backward jump, by default
-        `loop_seconds(max_steps)`. `file_guard`, for a program read from a mapped
-        file, is checked before each run: constants are read in place, and a file
+        """`max_steps` bounds a run's work (see `DEFAULT_MAX_STEPS`), and with it
+        the CPU time its loops may spend; `max_seconds`, if given, its wall-clock
+        time (`clocks`). `file_guard`, for a program read from a mapped file, is
+        checked before each run: constants are read in place, and a file
         truncated since the load would fault (SIGBUS) instead of failing."""
         self.name = plan.name
         self._file_guard = file_guard
         self.shapes = shapes
         self.max_steps = max_steps
-        self.max_seconds = loop_seconds(max_steps) if max_seconds is None else max_seconds
+        self.clocks = LoopClocks(plan.name, max_steps, max_seconds)
         self._arenas = memory.allocate_arenas(plan, shared_arenas)
         # (where in an arena, initial bytes) of each tensor that is program state
         self._initial_state: list[tuple[Any, memoryview]] = []
@@ -203,7 +196,7 @@ class Method:
             raise ExecutionError(f"cannot copy the inputs of method {self.name!r} into its "
                                  f"planned memory: {type(error).__name__}: {error}") from error
         chains = self._chains if profile is None else self._profiled_chains(profile)
-        allowance: Allowance = (self.max_steps, None)
+        allowance: Allowance = (self.max_steps, self.clocks.start())
         for c, steps in enumerate(chains):
             if observer is None and allowance[0] >= len(steps):
                 actions = self._straight[c] if profile is None else None
@@ -220,8 +213,9 @@ class Method:
 
         The chain's length is charged up front (the caller checked it fits), so
         straight-line code runs unwatched; a backward jump is charged the cost
-        of the instructions it is about to re-run, and checks the clock."""
-        budget, deadline = allowance
+        of the instructions it is about to re-run, and now and then reads the
+        clocks."""
+        budget, next_reading = allowance
         end = len(steps)
         budget -= end
         costs = self._costs[chain]
@@ -238,18 +232,16 @@ class Method:
                     budget -= costs[pc + 1] - costs[jump]
                     if budget < 0:
                         raise self._work_limit(chain, jump, pc)
-                    # The clock, inline: this runs once per loop iteration.
-                    if deadline is None:
-                        deadline = clock() + self.max_seconds
-                    elif clock() > deadline:
-                        raise self._time_limit(chain, jump)
+                    # A fast clock, inline: this runs once per loop iteration.
+                    if clock() >= next_reading:
+                        next_reading = self.clocks.read(chain, jump)
                     pc = jump
         except Exception as error:  # noqa: BLE001 (any kernel's failure, named and re-raised)
             blamed = self._blame(chain, pc, error)
             if blamed is error:
                 raise
             raise blamed from error
-        return budget, deadline
+        return budget, next_reading
 
     def _execute_straight(self, chain: int, actions: list[Action],
                           allowance: Allowance) -> Allowance:
@@ -276,7 +268,7 @@ class Method:
         the steps left, so that the limit names the instruction where they ran
         out. A separate loop, so the plain one pays nothing for it; the
         observer's own errors are not blamed on the instruction."""
-        budget, deadline = allowance
+        budget, next_reading = allowance
         extras = self._extras[chain]
         pc = 0
         end = len(steps)
@@ -299,20 +291,11 @@ class Method:
                 budget -= extras[at + 1] - extras[jump]
                 if budget < 0:
                     raise self._work_limit(chain, jump, at)
-                deadline = self._check_clock(chain, jump, deadline)
+                if time.monotonic() >= next_reading:
+                    next_reading = self.clocks.read(chain, jump)
             if observer is not None:
                 observer(chain, at)
-        return budget, deadline
-
-    def _check_clock(self, chain: int, pc: int, deadline: float | None) -> float:
-        """The time loops must end by, set at the first backward jump; past it,
-        the run is stopped before it runs instruction `pc` again."""
-        now = time.monotonic()
-        if deadline is None:
-            return now + self.max_seconds
-        if now > deadline:
-            raise self._time_limit(chain, pc)
-        return deadline
+        return budget, next_reading
 
     def _feed(self, inputs: list[Any]) -> None:
         """Put checked inputs where the program reads them."""
@@ -371,12 +354,6 @@ class Method:
             f"{UNITS_PER_STEP} element operations it does); it was about to run instructions "
             f"{start} to {stop} of chain {chain} again, {span} instructions costing {cost} "
             "steps: a loop that does not end?")
-
-    def _time_limit(self, chain: int, pc: int) -> StepLimitError:
-        return StepLimitError(
-            f"method {self.name!r} did not finish within {self.max_seconds:g} s of loops "
-            f"(the time limit that comes with a step limit of {self.max_steps}); it was "
-            f"about to run instruction {pc} of chain {chain} again: a loop that does not end?")
 
     def name_modules(self, modules: Sequence[Sequence[str]]) -> None:
         """Name in each instruction's site the submodule it came from (`modules`:

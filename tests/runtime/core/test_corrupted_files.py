@@ -32,7 +32,7 @@ from tests.runtime.core.test_interpreter import loop_program
 
 BYTE_MUTATIONS = 25
 MODEL_MUTATIONS = 40
-SECONDS_PER_CASE = 5.0
+CPU_SECONDS_PER_CASE = 5.0  # CPU time (a busy machine does not stretch it); cases take ms
 MAX_MEMORY = 64 << 20
 MAX_INPUT_ELEMENTS = 1 << 20
 
@@ -90,15 +90,15 @@ def check(cases: list[tuple[str, bytes]]) -> dict[str, int]:
     problems = []
     torch.manual_seed(0)
     for label, data in cases:
-        start = time.perf_counter()
+        start = time.process_time()
         try:
             outcome = attempt(data)
         except Exception as error:  # noqa: BLE001 (what this test exists to catch)
             problems.append(f"{label}: {type(error).__name__}: {str(error)[:200]}")
             continue
-        elapsed = time.perf_counter() - start
-        if elapsed > SECONDS_PER_CASE:
-            problems.append(f"{label}: took {elapsed:.1f} s")
+        spent = time.process_time() - start
+        if spent > CPU_SECONDS_PER_CASE:
+            problems.append(f"{label}: took {spent:.1f} s of CPU time")
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert not problems, "\n".join(problems)
     return outcomes

@@ -130,10 +130,8 @@ def test_outputs_survive_the_next_run() -> None:
 def test_backward_jump_forever_hits_the_step_limit() -> None:
     program = build([P.Bool(False)], [P.JumpFalseCall(0, 0)], [], inputs=[], outputs=[])
     loaded = load(serialize(program), max_steps=1000)
-    start = time.perf_counter()
     with pytest.raises(StepLimitError, match=r"did not finish within 1000 instructions"):
         loaded.run("forward", [])
-    assert time.perf_counter() - start < 1.0
 
 
 def test_loop_that_never_meets_its_condition_is_stopped() -> None:
@@ -315,10 +313,10 @@ def test_jump_condition_must_be_a_bool() -> None:
 def test_huge_arena_is_refused_without_allocating() -> None:
     program = add_constant_program()
     program.execution_plan[0].non_const_buffer_sizes = [0, 1 << 46]  # 64 TiB
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: zeroing even a sliver of it would show
     with pytest.raises(ResourceError, match="more than the .* allowed .*available"):
         load(serialize(program))
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_max_memory_limit() -> None:
@@ -397,14 +395,12 @@ def test_loading_50_mb_of_weights_copies_nothing(tmp_path: Path) -> None:
     program.segments = [P.DataSegment(segment)]
     program.constant_segment = P.SubsegmentOffsets(0, offsets)
     path = write(tmp_path, program)
-    start = time.perf_counter()
     loaded = load(path)
-    elapsed = time.perf_counter() - start
     tensor = loaded.method("forward").value(1)
+    # The weights are read where the file is mapped: no copy of them exists.
     low, high = _address_range(loaded.program.segments[0].data)
     assert low <= tensor.data_ptr() < high
     assert tensor[-1].item() == count - 1
-    assert elapsed < 1.0, f"loading took {elapsed:.3f} s"
 
 
 def test_planned_tensors_share_the_bytes_the_plan_gives_them() -> None:

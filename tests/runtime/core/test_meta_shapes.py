@@ -148,10 +148,10 @@ def chain_of_ops(count: int) -> P.Program:
 
 def test_checking_a_thousand_instructions_takes_well_under_a_second() -> None:
     data = serialize(chain_of_ops(1000))
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a busy machine does not stretch it
     load(data)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 2.0, f"loading 1000 distinct instructions took {elapsed:.2f} s"
+    spent = time.process_time() - started
+    assert spent < 2.0, f"loading 1000 distinct instructions took {spent:.2f} s of CPU time"
 
 
 def test_a_split_into_more_pieces_than_outs_is_refused_before_making_them() -> None:
@@ -165,11 +165,11 @@ def test_a_split_into_more_pieces_than_outs_is_refused_before_making_them() -> N
     program = build(values, [P.KernelCall(0, [0, 1, 2, 5])], ["aten::split_copy.Tensor_out"],
                     inputs=[0], outputs=[3, 4])
     data = serialize(program)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: making a million pieces would show
     with pytest.raises(FormatError, match=AT.format(0, r"aten::split_copy\.Tensor_out")
                        + f"argument 'out' has 2 tensors, but the operator makes {rows} "):
         load(data)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_a_split_into_as_many_pieces_as_outs_runs() -> None:

@@ -5,7 +5,8 @@ attention, LSTM, embedding, gather/topk/pad, cond, map, while_loop, dynamic
 batch, program state, int8 on XNNPACK), each with operators swapped for
 other real ones, lists, dims, dtypes, dim orders, sizes, offsets, overlaps,
 argument kinds, jumps or bytes changed (`tools/mutants`). Each runs in its own
-process with a timeout and a memory limit: loaded and run through the API
+process with a budget of CPU time (a busy machine cannot make a hang) and a
+memory limit: loaded and run through the API
 (on random inputs, or edge values), through `exirc run` (with random inputs,
 or a bent .npz of inputs), then every `exirc inspect` view. None may crash, hang, blow
 the memory limit or raise anything but a typed exirc error; and enough of

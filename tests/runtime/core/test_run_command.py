@@ -213,6 +213,21 @@ def test_max_memory_and_max_steps(capsys: pytest.CaptureFixture[str], add_pte: P
     assert code == 3 and err.startswith("error[E0341]: method 'forward' did not finish within 5")
 
 
+def test_max_seconds_stops_a_loop_that_never_ends(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    # Only the wall-clock limit can end this run (its step budget is out of
+    # reach): it does, on any machine.
+    path = tmp_path / "forever.pte"
+    path.write_bytes(serialize(build([P.Bool(False)], [P.JumpFalseCall(0, 0)], [], inputs=[],
+                                     outputs=[])))
+    code, _, err = run(capsys, str(path), "--max-steps", str(10**15), "--max-seconds", "0.1")
+    assert code == 3 and err.startswith(
+        "error[E0341]: method 'forward' did not finish within 0.1 s (its wall-clock limit)"), err
+    assert "--max-seconds" in err  # the hint
+    code, _, err = run(capsys, str(path), "--max-seconds", "0")
+    assert code == 2 and "--max-seconds" in err
+
+
 @requires_executorch
 @pytest.mark.oracle
 def test_executorch_file_through_the_cli(capsys: pytest.CaptureFixture[str],
