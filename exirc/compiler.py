@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exirc.diagnostics.load_check import check_loadable
 from exirc.diagnostics.self_check import check_options, eager_references, verify_and_bundle
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 from exirc.serialize import program as P
@@ -190,44 +191,6 @@ def compile_methods(methods: dict[str, ExportedProgram],
     _fill_report(report, program, planned, len(data))
     _dump_program(instrument, program)
     return CompileResult(program, data, report, planned, emitted.instruction_nodes)
-
-
-def check_loadable(data: bytes, kernels: KernelRegistry | None = None) -> None:
-    """Refuse to hand out a program that exirc's own loader refuses (a write into a
-    constant, an argument of the wrong kind, ...): the compile fails, no file is
-    written. The reference interpreter loads it, with every check `exirc run` makes
-    but those about this machine: its memory, and the delegation backends it has
-    (a delegate for a backend only the device has is the device's to check)."""
-    from exirc.errors import ExircError, InternalError
-    from exirc.runtime import load
-    from exirc.runtime.delegates.registry import BACKENDS, BackendRegistry
-
-    class DeviceBackends(BackendRegistry):
-        def find(self, backend_id: str) -> Any:
-            return super().find(backend_id) or _UNCHECKED_BACKEND
-
-    try:
-        load(data, kernels=kernels, backends=DeviceBackends(BACKENDS), engine="reference",
-             machine_limits=False)
-    except ExircError as error:
-        raise InternalError(
-            f"the compiled program fails exirc's own load checks, so no file was written: "
-            f"error[{error.code}]: {error.message}",
-            hint="this is a bug in exirc or in a pass of a custom pipeline (--pipeline): "
-                 "report it with the command you ran and --debug output") from error
-
-
-class _UncheckedBackend:
-    """Stands in, for the compiler's load check, for a backend this process lacks."""
-
-    def init(self, processed: Any, compile_specs: Any) -> None:
-        return None
-
-    def execute(self, handle: Any, args: list[Any]) -> None:
-        raise AssertionError("the compiler's load check never runs a program")
-
-
-_UNCHECKED_BACKEND = _UncheckedBackend()
 
 
 def _dump_program(instrument: Instrumentation, program: P.Program) -> None:
