@@ -32,6 +32,7 @@ from exirc.runtime.engines.litert.chain import FUSED_ON_LITERT
 from exirc.runtime.engines.onnxruntime.chain import FUSED
 from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.reader import deserialize_blob
+from tests.conftest import load_on
 from tests.oracle import requires_executorch
 from tests.runtime.delegates.xnnpack.zoo import (
     HALF_MODELS,
@@ -78,11 +79,11 @@ def xnnpack_delegates(program: object) -> int:
 
 
 @pytest.mark.parametrize("name", list(ZOO))
-def test_zoo_model_matches_executorch_and_eager(name: str,
+def test_zoo_model_matches_executorch_and_eager(name: str, engine: str,
                                                 xnnpack_pte: Callable[..., Path]) -> None:
     model: ZooModel = ZOO[name]
     path = xnnpack_pte(name)
-    program = load(path)
+    program = load_on(engine, path)
     assert xnnpack_delegates(program) >= 1, "ExecuTorch delegated nothing to XNNPACK"
     inputs = model.inputs()
     ours = program.run("forward", list(inputs))
@@ -91,7 +92,7 @@ def test_zoo_model_matches_executorch_and_eager(name: str,
     assert_close(ours, eager(model), f"{name} vs eager")
     assert_close(program.run("forward", list(inputs)), ours, f"{name}, second run")
     method = program.method("forward")
-    if name in KERNEL_BY_KERNEL or importlib.util.find_spec("onnxruntime") is None:
+    if name in KERNEL_BY_KERNEL or engine == "reference":
         return
     # ExecuTorch's own files run as one session too (LayerNorms, mean pools, the
     # LSTM gate splits, computed indices, 0-d constants are kernels between delegates).
@@ -108,13 +109,14 @@ KERNEL_BY_KERNEL = {
 
 
 @pytest.mark.parametrize("name", HALF_MODELS)
-def test_fp16_zoo_model_matches_executorch(name: str, xnnpack_pte: Callable[..., Path]) -> None:
+def test_fp16_zoo_model_matches_executorch(name: str, engine: str,
+                                          xnnpack_pte: Callable[..., Path]) -> None:
     """fp16 graphs: within two fp16 ulps of ExecuTorch's XNNPACK (whose matrix kernels may
     round partial sums to fp16), and near the float32 model."""
     model = ZOO[name]
     path = xnnpack_pte(name, half=True)
     inputs = half_inputs(model)
-    ours = load(path).run("forward", list(inputs))
+    ours = load_on(engine, path).run("forward", list(inputs))
     theirs = run_with_executorch_runtime(path.read_bytes(), inputs)
     assert len(ours) == len(theirs)
     for a, b, reference in zip(ours, theirs, eager(model)):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from exirc.compiler import CompileOptions, CompileResult, compile_module
-from exirc.runtime import load
+from tests.conftest import load_on
 from tests.oracle import requires_executorch
 from tests.runtime.delegates.xnnpack.zoo import ZOO, eager, run_with_executorch_runtime
 
@@ -29,7 +29,7 @@ def compiled(name: str) -> CompileResult:
 
 
 @pytest.mark.parametrize("name", list(ZOO))
-def test_exirc_lowered_model_matches_executorch_and_eager(name: str) -> None:
+def test_exirc_lowered_model_matches_executorch_and_eager(name: str, engine: str) -> None:
     model = ZOO[name]
     if model.needs and importlib.util.find_spec(model.needs) is None:
         pytest.skip(f"needs {model.needs}")
@@ -38,7 +38,7 @@ def test_exirc_lowered_model_matches_executorch_and_eager(name: str) -> None:
                     for d in plan.delegates)
     assert delegated or model.dynamic_shapes, "exirc delegated nothing to XNNPACK"
     inputs = model.inputs()
-    ours = load(result.data).run("forward", list(inputs))
+    ours = load_on(engine, result.data).run("forward", list(inputs))
     for what, reference in (("ExecuTorch", run_with_executorch_runtime(result.data, inputs)),
                             ("eager", eager(model))):
         assert len(ours) == len(reference)
