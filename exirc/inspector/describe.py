@@ -2,7 +2,7 @@
 
 `describe(program_file)` is the single source of the inspector's facts: the
 text views render it and `exirc inspect --json` prints it. Its shape is
-versioned by `FORMAT_VERSION`; README.md documents it. Add keys freely;
+versioned by `FORMAT_VERSION`; docs/format.md documents it. Add keys freely;
 renaming or removing one is a new version.
 """
 

@@ -197,7 +197,7 @@ def test_an_observed_run_is_charged_the_same() -> None:
 def test_a_hostile_loop_around_a_big_convolution_stops_on_a_tight_budget(
         tmp_path: Path) -> None:
     # Through the command line, in a process of its own, with the budget the
-    # README gives files you do not trust. The timeout only keeps a regression
+    # docs (running.md) give files you do not trust. The timeout only keeps a regression
     # from hanging the suite: the loop stops in a second or two of work.
     path = tmp_path / "conv_loop.pte"
     path.write_bytes(serialize(conv_loop()))
