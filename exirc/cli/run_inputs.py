@@ -64,7 +64,7 @@ def make_random_inputs(method: Method, seed: int,
     import torch
 
     from exirc.cli.random_shapes import random_shapes
-    from exirc.runtime.core.arenas import available_memory
+    from exirc.runtime.machine import available_memory
 
     specs = method.inputs
     shapes = random_shapes(method.name, specs, method.shapes, requested)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import array
 import functools
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy
 import torch
 
 from exirc.errors import FormatError, ResourceError, UnsupportedOperatorError
+from exirc.runtime.tensor_layout import strides
 from exirc.serialize import program as P
 
 TORCH_DTYPES: dict[P.ScalarType, torch.dtype] = {
@@ -78,35 +78,6 @@ def numpy_dtype(dtype: torch.dtype) -> numpy.dtype[Any] | None:
     try:
         return torch.empty(0, dtype=dtype).numpy().dtype
     except (TypeError, RuntimeError):
-        return None
-
-
-def strides(sizes: list[int], dim_order: list[int]) -> list[int]:
-    """Element strides of a dense tensor laid out in `dim_order` (outermost first).
-
-    An empty dim_order means the default, contiguous order.
-    """
-    order = dim_order or list(range(len(sizes)))
-    result = [0] * len(sizes)
-    step = 1
-    for dim in reversed(order):
-        result[dim] = step
-        step *= max(sizes[dim], 1)
-    return result
-
-
-def available_memory() -> int | None:
-    """Bytes the system could give us now, or None where we cannot tell."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
         return None
 
 

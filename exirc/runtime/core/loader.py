@@ -42,6 +42,7 @@ from exirc.runtime.kernels.registry import (
     operator_key,
     outside_allowlist,
 )
+from exirc.runtime.machine import available_memory
 from exirc.serialize import program as P
 from exirc.serialize import read_program_file, symbolic_shapes
 from exirc.serialize.io_names import stored_io_names
@@ -249,6 +250,6 @@ def _check_memory(plans: list[P.ExecutionPlan], max_memory: int | None,
                   machine_limits: bool) -> None:
     if max_memory is not None:
         memory.check_arena_sizes(plans, max_memory, "the max_memory limit")
-    available = memory.available_memory() if machine_limits else None
+    available = available_memory() if machine_limits else None
     if available is not None:
         memory.check_arena_sizes(plans, available, "the memory available now")

@@ -40,10 +40,11 @@ from typing import Any
 import torch
 
 from exirc.errors import FormatError
-from exirc.runtime.core.arenas import TORCH_DTYPES, strides
+from exirc.runtime.core.arenas import TORCH_DTYPES
 from exirc.runtime.core.kernel_arguments import CallArguments
 from exirc.runtime.core.split_counts import check_count
 from exirc.runtime.core.values import Values
+from exirc.runtime.tensor_layout import strides
 from exirc.serialize import program as P
 
 _UNCHECKED = frozenset({

@@ -96,6 +96,7 @@ class Engine(Protocol):
     """An optional engine (see the module docstring)."""
 
     name: str
+    runs_delegates: bool  # whether it is offered single delegates at all
 
     def missing(self) -> str:
         """Why it cannot run here ("" if it can): a package not installed."""
@@ -195,6 +196,8 @@ def prepare_delegate(policy: EnginePolicy, backend_id: str, handle: Any,
     in --dump-engine's files (`forward.delegate0`)."""
     refusals = []
     for engine in _engines(policy):
+        if not engine.runs_delegates:
+            continue
         missing = engine.missing()
         if missing:
             refusals.append(Refusal(engine.name, missing))

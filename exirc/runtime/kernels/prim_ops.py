@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from exirc.runtime.core.arenas import strides
 from exirc.runtime.kernels.registry import register_kernel
+from exirc.runtime.tensor_layout import strides
 
 Scalar = int | float | bool
 

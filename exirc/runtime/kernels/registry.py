@@ -31,8 +31,8 @@ from typing import Any, TypeVar, overload
 import torch
 
 from exirc.errors import UsageError
-from exirc.runtime.core.data_sized_outs import GUARDS
 from exirc.runtime.kernels.allowlist import is_allowlisted
+from exirc.runtime.kernels.data_sized_outs import GUARDS
 from exirc.runtime.kernels.exirc_ops import OWN_KERNELS
 from exirc.runtime.kernels.quantized import QUANTIZED_KERNELS
 

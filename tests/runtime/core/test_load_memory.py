@@ -36,7 +36,7 @@ def test_every_buffer_counts_against_max_memory(sizes: list[int]) -> None:
 
 
 def test_buffer_0_counts_against_the_memory_available(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arenas, "available_memory", lambda: 1 << 30)
+    monkeypatch.setattr("exirc.runtime.core.loader.available_memory", lambda: 1 << 30)
     with pytest.raises(ResourceError, match="the memory available now"):
         load(_with_buffers([2 * GIB, 64]))
 

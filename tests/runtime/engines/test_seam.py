@@ -29,6 +29,7 @@ class Perturbing:
     then adds 0.01 to their first output: wrong, as an engine bug would be."""
 
     name = "perturbing"
+    runs_delegates = True
 
     def missing(self) -> str:
         return ""

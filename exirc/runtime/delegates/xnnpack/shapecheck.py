@@ -24,10 +24,10 @@ import math
 import torch
 
 from exirc.errors import FormatError
-from exirc.runtime.core.arenas import available_memory
 from exirc.runtime.delegates.xnnpack.constants import STORAGE_TYPES, datatype_name
 from exirc.runtime.delegates.xnnpack.context import Env, Op
 from exirc.runtime.delegates.xnnpack.quant import Dynamic
+from exirc.runtime.machine import available_memory
 from exirc.serialize.xnnpack import graph as G
 
 Slots = dict[int, tuple[int, G.TensorValue]]

@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 class LiteRtEngine:
     name = "litert"
+    runs_delegates = False  # whole chains only
 
     def missing(self) -> str:
         return "" if litert_available() else "ai-edge-litert is not installed"
 
     def prepare_delegate(self, backend_id: str, handle: Any, policy: EnginePolicy) -> None:
-        """LiteRT takes whole chains only: a lone delegate is not its to run."""
+        """Never asked (`runs_delegates`): LiteRT takes whole chains only."""
         return None
 
     def prepare_method(self, view: MethodView, policy: EnginePolicy

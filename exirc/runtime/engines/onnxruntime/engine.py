@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 class OnnxRuntimeEngine:
     name = "onnxruntime"
+    runs_delegates = True
 
     def missing(self) -> str:
         return onnxruntime_missing()

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from exirc.errors import ResourceError
-from exirc.runtime.core.arenas import available_memory
+from exirc.runtime.machine import available_memory
 
 KernelCall = Callable[..., Any]
 

@@ -1,5 +1,5 @@
 """Kernels whose output size comes from the data check it against the plan
-before torch allocates anything (`exirc.runtime.core.data_sized_outs`).
+before torch allocates anything (`exirc.runtime.kernels.data_sized_outs`).
 
 Unguarded, `repeat_interleave` with repeats of 10**9 took every byte of the
 machine's 24 GiB before the out's resize failed, and the OOM killer ended it.
@@ -15,8 +15,8 @@ import torch
 
 from exirc.errors import ResourceError
 from exirc.runtime import load
-from exirc.runtime.core.data_sized_outs import out_capacity
 from exirc.runtime.errors import ExecutionError
+from exirc.runtime.kernels.data_sized_outs import out_capacity
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from tests.runtime.core.test_interpreter import build, planned
@@ -95,7 +95,7 @@ def test_masked_select_scratch_beyond_the_machine_is_a_resource_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # 200,000 squared is 40 GB of float scratch, past any machine's memory that
     # runs this suite; the available figure is pinned so the test says so anyway.
-    monkeypatch.setattr("exirc.runtime.core.data_sized_outs.available_memory", lambda: 8 << 30)
+    monkeypatch.setattr("exirc.runtime.kernels.data_sized_outs.available_memory", lambda: 8 << 30)
     n = 200_000
     method = load(masked_select_program(n)).method("forward")
     with pytest.raises(ResourceError, match="masked_select broadcasts"):
