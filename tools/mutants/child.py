@@ -37,6 +37,7 @@ import exirc.runtime.core.loader  # noqa: F401 (imported here, once, by the fork
 from exirc.cli.app import cli
 from exirc.errors import ExircError, InternalError
 from exirc.runtime import load
+from exirc.runtime.core.loader import LoadedProgram
 from exirc.serialize import bundled_cases, deserialize
 from tools.mutants import input_files
 
@@ -224,12 +225,15 @@ def _stage(name: str, stages: list[Stage], conn: Sender, fn: Any, *args: Any) ->
 
 def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
               conn: Sender, *, hostile: bool = False, steps: TextIO | None = None) -> None:
-    """load(bytes), then each method run twice; with `steps`, each instruction
-    written there as it completes (`locate_crash`)."""
-    program = _stage("load", stages, conn, lambda: load(data, max_steps=limits.max_steps))
+    """load(bytes) on the reference interpreter, then each method run twice, then
+    the same runs on the optional engines (`_engine_runs`); with `steps`, each
+    reference instruction written there as it completes (`locate_crash`)."""
+    program = _stage("load", stages, conn,
+                     lambda: load(data, max_steps=limits.max_steps, engine="reference"))
     if program is None:
         return
     rng = numpy.random.default_rng(seed)
+    answers: dict[str, list[Any]] = {}  # per method: each run's outputs, or its error code
     for name, method in program.methods.items():
         try:
             inputs = random_inputs(method.inputs, rng, limits.input_bytes, hostile=hostile)
@@ -242,11 +246,62 @@ def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
                 steps.write(f"{name} start\n")
                 return method.run(inputs, observer=lambda chain, index: steps.write(
                     f"{name} {chain} {index}\n"))
+        answers[name] = []
         for n in range(limits.runs):
-            if _stage(f"run {name} #{n + 1}", stages, conn, run, inputs) is None:
+            got = _stage(f"run {name} #{n + 1}", stages, conn, run, inputs)
+            answers[name].append(got if got is not None else stages[-1].outcome)
+            if got is None:
                 break
+        answers[name].append(inputs)
     if program.has_state:  # the state the runs left, put back as the file has it
         _stage("reset_state", stages, conn, program.reset_state)
+    if steps is None:
+        _engine_runs(data, limits, stages, conn, answers)
+
+
+def _engine_runs(data: bytes, limits: Limits, stages: list[Stage], conn: Sender,
+                 answers: dict[str, list[Any]]) -> None:
+    """The reference's runs again on the engines `auto` picks: each must give the
+    reference's answer (within the engines' tolerance) or raise a typed error where
+    the reference did; an answer where the reference refused, or another answer,
+    is a wrong answer without an error (outcome "wrong")."""
+    program = _stage("engines: load", stages, conn,
+                     lambda: load(data, max_steps=limits.max_steps, engine="auto"))
+    if program is None or not isinstance(program, LoadedProgram):
+        return
+    for name, method in program.methods.items():
+        if name not in answers or (method.engine == "reference" and all(
+                e.startswith("reference") for e in method.delegate_engines)):
+            continue  # no engine took any of it: the reference's runs were the runs
+        *expected, inputs = answers[name]
+        for n, want in enumerate(expected):
+            got = _stage(f"engines: run {name} #{n + 1}", stages, conn, method.run, inputs)
+            wrong = _differs(got, want, stages[-1].outcome)
+            if wrong:
+                stages[-1] = Stage(stages[-1].name, "wrong", f"{method.execution}: {wrong}")
+            if got is None:
+                break
+
+
+def _differs(got: Any, want: Any, outcome: str) -> str:
+    """Why an engine's run does not match the reference's ("" if it does)."""
+    if isinstance(want, str):  # the reference refused with this code
+        return "" if got is None else f"an answer where the reference raised {want}"
+    if got is None:
+        return "" if outcome != "ok" else "no answer"
+    if len(got) != len(want):
+        return f"{len(got)} outputs, the reference {len(want)}"
+    for i, (a, b) in enumerate(zip(got, want)):
+        if isinstance(b, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                return f"output {i} is not the reference's shape or dtype"
+            close = torch.isclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True) \
+                if b.is_floating_point() else a == b
+            if not bool(close.all()):
+                return f"output {i} differs from the reference's"
+        elif a != b:
+            return f"output {i} is {a!r}, the reference's {b!r}"
+    return ""
 
 
 def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int, *,

@@ -63,7 +63,7 @@ _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 class Result:
     index: int
     mutant: Mutant
-    outcome: str  # ok, typed, crash, hang, traceback, memory, harness
+    outcome: str  # ok, typed, crash, hang, traceback, memory, harness, wrong
     stages: list[Stage] = field(default_factory=list)
     seconds: float = 0.0
     peak_rss_kib: int | None = None
@@ -243,6 +243,8 @@ def _classify(result: Result, hung: bool) -> str:
         return "harness"
     if "traceback" in outcomes:
         return "traceback"
+    if "wrong" in outcomes:
+        return "wrong"  # an engine answered otherwise than the reference, without an error
     if any(any(sign in stage.detail for sign in MEMORY_SIGNS) for stage in result.stages):
         return "memory"
     if all(outcome in ("ok", "skipped") for outcome in outcomes):

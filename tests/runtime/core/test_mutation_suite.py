@@ -6,10 +6,13 @@ batch, program state, int8 on XNNPACK), each with operators swapped for
 other real ones, lists, dims, dtypes, dim orders, sizes, offsets, overlaps,
 argument kinds, jumps or bytes changed (`tools/mutants`). Each runs in its own
 process with a budget of CPU time (a busy machine cannot make a hang) and a
-memory limit: loaded and run through the API
-(on random inputs, or edge values), through `exirc run` (with random inputs,
-or a bent .npz of inputs), then every `exirc inspect` view. None may crash, hang, blow
-the memory limit or raise anything but a typed exirc error; and enough of
+memory limit: loaded and run through the API on the reference interpreter
+(on random inputs, or edge values) and again on the optional engines, through
+`exirc run` (with random inputs, or a bent .npz of inputs), then every
+`exirc inspect` view. None may crash, hang, blow the memory limit or raise
+anything but a typed exirc error, and no engine may answer where the reference
+raised or answer otherwise than the reference (a wrong answer without an
+error); and enough of
 them must still load and run that the suite cannot pass by the runtime
 refusing everything. Every base program, unmutated, must run cleanly, and
 must survive edge-value inputs (indices out of range, NaN: typed errors are
@@ -101,7 +104,8 @@ def test_no_mutant_crashes_hangs_or_raises_an_untyped_error(
     failing = report.failures(results)
     assert not failing, (
         f"{fig['crashes']} crashes, {fig['tracebacks']} tracebacks, {fig['hangs']} hangs, "
-        f"{fig['memory_blowups']} memory blow-ups of {fig['mutants']} mutants:\n"
+        f"{fig['memory_blowups']} memory blow-ups, {fig['wrong_answers']} wrong answers of "
+        f"engines of {fig['mutants']} mutants:\n"
         + _explained(results, tmp_path))
 
 

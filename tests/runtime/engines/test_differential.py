@@ -127,3 +127,32 @@ def test_engine_equals_the_reference_on_random_programs(seed: int, engine: str) 
     x = torch.randn(3, 12)
     data = compile_module(model, (x,), options=CompileOptions(target="xnnpack")).data
     _agree(data, [x], engine, f"random program {seed} {model.kinds} on {engine}")
+
+
+def test_an_output_planned_in_other_dims_than_its_delegate_writes_is_not_fused() -> None:
+    """Found by the mutation campaign's engine runs: a file whose output is planned
+    [3, 4] while its delegate writes [1, 3, 4]. The reference resizes the output to
+    the delegate's dims; a fused chain would have reshaped it to the plan's. Such a
+    chain is refused, and every engine answers as the reference does."""
+    from exirc.serialize import deserialize, serialize
+
+    module = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 4)
+    program = deserialize(compile_module(module, (x,),
+                                         options=CompileOptions(target="xnnpack")).data)
+    plan = program.execution_plan[0]
+    output = plan.values[plan.outputs[0]]
+    assert output.sizes == [1, 3, 4]
+    output.sizes, output.dim_order = [3, 4], [0, 1]
+    data = serialize(program)
+    want = load(data, engine="reference").run("forward", [x])[0]
+    assert want.shape == (1, 3, 4)
+    for engine in ("auto", "onnxruntime"):
+        if importlib.util.find_spec("onnxruntime") is None:
+            pytest.skip("needs onnxruntime installed")
+        method = load(data, engine=engine).method("forward")
+        assert method.accelerated is None and "the delegate's (1, 3, 4)" in method.execution
+        got = method.run([x])[0]
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=TOLERANCE["onnxruntime"][0],
+                                   atol=TOLERANCE["onnxruntime"][1])

@@ -40,7 +40,6 @@ computes (or refuses) exactly as the kernels always did.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -293,12 +292,19 @@ class _Builder(ChainValues):
             self._writes(args[external.arg])
 
     def _in_other_dims(self, value: int, dims: tuple[int, ...]) -> bool:
-        """Whether the delegate sees float32 `value` in other dims of the same elements
-        (ExecuTorch binds a 0-d tensor to a delegate's [1], as XNNPACK reads bytes)."""
+        """Whether the delegate sees float32 `value` as [1] where the plan has it 0-d
+        (ExecuTorch binds a 0-d tensor to a delegate's [1]: XNNPACK has no 0-d
+        tensors). Any other difference is refused: the reference interpreter
+        resizes an output to the delegate's dims, and runs the graph on an
+        input's own dims, which a fixed reshape here would not."""
         tensor = self.tensor(value)
-        if tensor.dtype != torch.float32 or tensor.numel() != math.prod(dims):
-            raise NotMapped(f"value {value} is {tuple(tensor.shape)}, the delegate's {dims}")
-        return tuple(tensor.shape) != tuple(dims)
+        if tensor.dtype != torch.float32:
+            raise NotMapped(f"value {value} is {tensor.dtype}, the delegate's float32")
+        if tuple(tensor.shape) == tuple(dims):
+            return False
+        if tensor.dim() == 0 and tuple(dims) == (1,):
+            return True
+        raise NotMapped(f"value {value} is {tuple(tensor.shape)}, the delegate's {dims}")
 
     def _finish(self, length: int) -> ChainForm:
         helper = self.onnx.helper
