@@ -151,8 +151,10 @@ def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, 
 
 def compile_methods(methods: dict[str, ExportedProgram],
                     options: CompileOptions = CompileOptions(),
-                    kernels: KernelRegistry | None = None) -> CompileResult:
-    """ATen-dialect methods (from torch.export) -> a serialized program.
+                    kernels: KernelRegistry | None = None,
+                    constant_methods: dict[str, Any] | None = None) -> CompileResult:
+    """ATen-dialect methods (from torch.export) -> a serialized program, with
+    `constant_methods` (name -> value, `exirc.capture.constant_methods`) after them.
 
     Operators with a kernel in `kernels` (default: exirc.runtime's registry, where
     plugins register) pass the kernel checks as the target's own do."""
@@ -179,7 +181,7 @@ def compile_methods(methods: dict[str, ExportedProgram],
     # Before emitting: a plan over the budget is a failed compile, and no file.
     check_arena_limit(planned, options.max_arena_bytes)
     started = time.perf_counter()
-    emitted = emit_methods(planned)                   # graphs -> program model
+    emitted = emit_methods(planned, constant_methods or {})  # graphs -> program model
     program = emitted.program
     report.stage_seconds["emit"] = time.perf_counter() - started
     started = time.perf_counter()
@@ -238,11 +240,14 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
                    dynamic_shapes: Any = None,
                    methods: dict[str, tuple[Any, ...]] | None = None,
                    options: CompileOptions = CompileOptions(),
-                   kernels: KernelRegistry | None = None) -> CompileResult:
-    """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes])).
+                   kernels: KernelRegistry | None = None,
+                   constant_methods: dict[str, Any] | None = None) -> CompileResult:
+    """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes])),
+    with `constant_methods` (name -> value) as a model file's `constant_methods`.
 
     `kernels` is the interpreter's kernel registry for `options.verify`."""
     from exirc.capture import MethodSource
+    from exirc.capture.constant_methods import read_constant_methods
 
     check_options(options)
     sources = {"forward": MethodSource("forward", module, tuple(example_inputs),
@@ -251,7 +256,9 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
         extra_module, extra_inputs, *shapes = entry
         sources[name] = MethodSource(name, extra_module, tuple(extra_inputs),
                                      shapes[0] if shapes else None, None, "<module>")
-    return _compile_sources(sources, options, kernels, started=time.perf_counter())
+    constants = read_constant_methods(constant_methods, "constant_methods", sources)
+    return _compile_sources(sources, options, kernels, started=time.perf_counter(),
+                            constant_methods=constants)
 
 
 def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
@@ -270,11 +277,13 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
     check_options(options)
     started = time.perf_counter()  # loading the model counts as capture
     loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
-    return _compile_sources(loaded.methods, options, kernels, started=started)
+    return _compile_sources(loaded.methods, options, kernels, started=started,
+                            constant_methods=loaded.constant_methods)
 
 
 def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
-                     kernels: KernelRegistry | None, *, started: float) -> CompileResult:
+                     kernels: KernelRegistry | None, *, started: float,
+                     constant_methods: dict[str, Any] | None = None) -> CompileResult:
     """Capture each method, take the eager references --verify/--bundle need,
     compile, and check the program against them; `started` is when capture began."""
     from exirc.capture import capture
@@ -293,7 +302,7 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
     eager_started = time.perf_counter()
     references = eager_references(sources, exported, options)
     eager_seconds = time.perf_counter() - eager_started
-    result = compile_methods(exported, options, kernels)
+    result = compile_methods(exported, options, kernels, constant_methods)
     first = {"capture": capture_seconds}
     if quantized is not None:
         from exirc.diagnostics.quantization import measure

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from exirc.capture.constant_methods import read_constant_methods
 from exirc.capture.keyword_inputs import positional_inputs
 from exirc.capture.loaded_model import MAIN_METHOD, LoadedModel, MethodSource, Warn
 from exirc.capture.messages import describe, first_line
@@ -60,7 +61,9 @@ def load_python(path: str, factory: str | None, warn: Warn) -> LoadedModel:
         forward = model_file.main_method(namespace.__dict__, warn)
         methods = {MAIN_METHOD: forward}
         methods.update(model_file.extra_methods(namespace.__dict__, warn))
-        return LoadedModel(methods, model_file.shown)
+        constants = read_constant_methods(namespace.__dict__.get("constant_methods"),
+                                          model_file.where("constant_methods"), methods)
+        return LoadedModel(methods, model_file.shown, constants)
 
 
 @contextlib.contextmanager

@@ -186,6 +186,7 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
         "symbols": {name: {"min": r.lower, "max": r.upper}
                     for name, r in (shapes.symbols.items() if shapes else [])},
         "chains": len(plan.chains),
+        "constant": constant_value(plan),
         "instruction_count": instruction_count,
         "kernel_calls": sum(calls.values()),
         "operators": Lazy(len(plan.operators), lambda: (
@@ -204,6 +205,23 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
         "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
         "instructions": Lazy(instruction_count, lambda: _instructions(plan, context, modules)),
     }
+
+
+_SCALARS = {P.Int: "int_val", P.Double: "double_val", P.Bool: "bool_val",
+            P.String: "string_val"}
+
+
+def constant_value(plan: P.ExecutionPlan) -> Any:
+    """What a constant method returns (no inputs, no work, scalar outputs: what
+    `constant_methods` make), or None for any other method."""
+    if plan.inputs or plan.delegates or not plan.outputs or \
+            any(chain.instructions for chain in plan.chains) or \
+            not all(0 <= i < len(plan.values) and type(plan.values[i]) in _SCALARS
+                    for i in plan.outputs):
+        return None
+    values = [getattr(plan.values[i], _SCALARS[type(plan.values[i])]) for i in plan.outputs]
+    spec = plan.container_meta_type.encoded_out_str if plan.container_meta_type else ""
+    return values if "builtins.list" in spec or len(values) != 1 else values[0]
 
 
 def _instructions(plan: P.ExecutionPlan, context: ListingContext,

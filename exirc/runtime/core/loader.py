@@ -81,6 +81,20 @@ class LoadedProgram:
             method.reset_state()
 
     @property
+    def constant_methods(self) -> dict[str, Any]:
+        """name -> value of each constant method (no inputs, no instructions: what
+        `to_edge(constant_methods=...)` or a model file's `constant_methods` made)."""
+        found = {}
+        for plan in self.program.execution_plan:
+            if plan.inputs or any(chain.instructions for chain in plan.chains):
+                continue
+            values = self.methods[plan.name].run([])
+            spec = plan.container_meta_type.encoded_out_str if plan.container_meta_type else ""
+            found[plan.name] = values if "builtins.list" in spec or len(values) != 1 \
+                else values[0]
+        return found
+
+    @property
     def has_state(self) -> bool:
         return any(method.has_state for method in self.methods.values())
 
