@@ -141,32 +141,14 @@ class _Builder(ChainValues):
 
     def __init__(self, plan: P.ExecutionPlan, env: list[Any], written: frozenset[int],
                  steps: Sequence[Callable[[], Any]] | None) -> None:
-        import onnx.helper
-        import onnx.numpy_helper
+        import onnx
 
         super().__init__(plan, env, written)
         self.steps = steps
         self.onnx = onnx
-        self.nodes: list[Any] = []
-        self.initializers: list[Any] = []
         self.floors: list[str] = []
-        self._counter = 0
 
-    # -- the Emitter interface (onnx_chain_ops) ---------------------------------
-
-    def array(self, stem: str, array: numpy.ndarray) -> str:
-        self._counter += 1
-        name = f"{stem}_{self._counter}"
-        self.initializers.append(self.onnx.numpy_helper.from_array(array, name))
-        return name
-
-    def node(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
-             **attributes: Any) -> str:
-        if outputs is None:
-            self._counter += 1
-            outputs = [f"{op_type.lower()}_{self._counter}"]
-        self.nodes.append(self.onnx.helper.make_node(op_type, inputs, outputs, **attributes))
-        return outputs[0]
+    # -- the rest of the Emitter interface (onnx_chain_ops) ----------------------
 
     def floor(self, indices: str) -> None:
         self.floors.append(self.node("Cast", [indices], to=ONNX_TYPES[torch.int64]))
