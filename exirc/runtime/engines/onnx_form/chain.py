@@ -201,7 +201,8 @@ class _Builder(ChainValues):
     def _fold(self, position: int, kernel: Kernel, args: list[int], outs: list[int],
               written: list[int]) -> bool:
         """Run the kernel at load and take its outs as constants, if it reads only
-        constants and is worth it (`onnx_chain_folding`); whether it was."""
+        constants and is worth it (`chain_folding`); whether it was. NotMapped if
+        it fails."""
         if self.steps is None or not foldable(kernel) or \
                 not all(self._known(value) for i, value in enumerate(args) if i not in outs):
             return False
@@ -212,8 +213,13 @@ class _Builder(ChainValues):
         try:
             self.steps[position]()
             arrays = [t.clone().numpy() for t in tensors]
-        except Exception:  # noqa: BLE001 (the kernels raise it at run time, as before)
-            return False
+        except Exception as error:  # noqa: BLE001 (recorded: the chain's refusal)
+            # Its arguments are the same every run, so it fails every run: run one by
+            # one, the kernels raise it (a translation of it might answer instead).
+            lines = str(error).strip().splitlines()
+            raise NotMapped(f"instruction {position}: {kernel.name} fails on its constant "
+                            f"arguments ({type(error).__name__}: {lines[0] if lines else ''})"
+                            ) from error
         for value, array in zip(written, arrays):
             self.folded[value] = torch.from_numpy(array)
             self.node("Identity", [self.array("folded", array)], [self.name(value)])
