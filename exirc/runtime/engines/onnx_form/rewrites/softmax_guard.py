@@ -58,8 +58,7 @@ def simplify_bool_reductions(model: ModelProto) -> int:
     nots = sum(node.op_type == "Not" for node in graph.node)
     steps = until_fixed_point(rewriter.step, nots * (len(graph.node) + 1))
     if steps:
-        graph.node.clear()
-        graph.node.extend(rewriter.nodes)
+        rewriter.write_back(rewriter.nodes)
     return steps
 
 
