@@ -102,11 +102,10 @@ class RecurrentRewriter(CellGraph):
         for segment in segments:
             removed |= self.concats_as_reshapes(segment)
         kept = [node for node in self.nodes if id(node) not in removed]
-        new_nodes = self.made.nodes
-        read = {name for node in (*kept, *new_nodes) for name in node.input} | self.outputs
+        read = {name for node in (*kept, *self.made.nodes) for name in node.input} | self.outputs
         for segment in segments:
-            self.states_read_elsewhere(segment, read)
-        nodes = live(topological(kept + new_nodes, self.graph, self.made.initializers),
+            self.states_read_elsewhere(segment, read)  # (may make more nodes)
+        nodes = live(topological(kept + self.made.nodes, self.graph, self.made.initializers),
                      self.outputs)
         if nodes is None:
             return False
