@@ -42,7 +42,9 @@ class LiteRtChain:
             outputs = [memory.tensor for memory in form.outputs.values()]
             self.interpreters.run(tensors, outputs if form.floor is None
                                   else [*outputs, form.floor])
-        except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
+        except Exception:  # noqa: BLE001 (LiteRT's errors share no narrower base)
+            # LiteRT refused the call (an index out of range, say): it is handed back,
+            # and the kernels, which check every argument, raise exirc's error.
             return False
         return True
 

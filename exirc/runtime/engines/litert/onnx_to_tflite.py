@@ -25,6 +25,7 @@ from exirc.runtime.engines.litert.tflite_builder import TfliteBuilder, Value, co
 from exirc.runtime.engines.litert.tflite_selection import SELECTION
 from exirc.runtime.engines.litert.tflite_spatial import SPATIAL
 from exirc.runtime.engines.onnx_form.builder import NotMapped
+from exirc.runtime.engines.onnx_form.graph_index import GraphIndex
 
 
 @dataclass(frozen=True)
@@ -42,31 +43,33 @@ class Converted:
 class Converter:
     """One ONNX graph being written as TFLite: ONNX names to `Value`s."""
 
-    def __init__(self, model: Any, constants: Mapping[str, numpy.ndarray]) -> None:
+    def __init__(self, model: Any, fixed: Mapping[str, numpy.ndarray]) -> None:
         import onnx
-        from onnx import numpy_helper, shape_inference
+        from onnx import shape_inference
 
         self.onnx = onnx
         inferred = shape_inference.infer_shapes(model, strict_mode=True)
         self.graph = inferred.graph
-        self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
-        self.constants.update(constants)
+        self.index = GraphIndex(self.graph, self.graph.node)
+        self.fixed = fixed  # graph inputs whose data is known
         self.shapes: dict[str, tuple[int, ...]] = {}
         for info in [*self.graph.input, *self.graph.value_info, *self.graph.output]:
             dims = info.type.tensor_type.shape.dim
             if all(d.HasField("dim_value") for d in dims):
                 self.shapes[info.name] = tuple(d.dim_value for d in dims)
-        # What some node or the graph's outputs read: an output no one reads is
-        # one a translation may leave unwritten (LayerNorm's mean and rstd).
-        self.read = {name for node in self.graph.node for name in node.input} | {
-            info.name for info in self.graph.output}
         self.b = TfliteBuilder()
         self.values: dict[str, Value] = {}
 
     # -- reading ONNX ---------------------------------------------------------
+    def known(self, name: str) -> numpy.ndarray | None:
+        """`name`'s data if it is fixed: a graph input given as such, or a constant."""
+        fixed = self.fixed.get(name)
+        return fixed if fixed is not None else self.index.constant(name)
+
     def shape(self, name: str) -> tuple[int, ...]:
-        if name in self.constants:
-            return tuple(self.constants[name].shape)
+        known = self.known(name)
+        if known is not None:
+            return tuple(known.shape)
         if name not in self.shapes:
             raise NotMapped(f"value {name} has no static shape")
         return self.shapes[name]
@@ -74,9 +77,10 @@ class Converter:
     def value(self, name: str) -> Value:
         """The Value of `name`; a constant is written when first read."""
         if name not in self.values:
-            if name not in self.constants:
+            known = self.known(name)
+            if known is None:
                 raise NotMapped(f"value {name} is read before it is written")
-            self.values[name] = Value(self.b.constant(self.constants[name]))
+            self.values[name] = Value(self.b.constant(known))
         return self.values[name]
 
     def tensor(self, name: str) -> int:
@@ -84,10 +88,11 @@ class Converter:
         return self.b.materialize(self.value(name))
 
     def constant(self, node: Any, index: int) -> numpy.ndarray:
-        if index >= len(node.input) or node.input[index] not in self.constants:
+        known = self.known(node.input[index]) if index < len(node.input) else None
+        if known is None:
             raise NotMapped(f"{node.op_type} {node.name or node.output[0]}: input {index} "
                             "is not a constant")
-        return self.constants[node.input[index]]
+        return known
 
     def attributes(self, node: Any) -> dict[str, Any]:
         return {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -95,7 +100,7 @@ class Converter:
     # -- the whole graph ------------------------------------------------------
     def convert(self) -> Converted:
         graph = self.graph
-        inputs, input_infos = [], [i for i in graph.input if i.name not in self.constants]
+        inputs, input_infos = [], [i for i in graph.input if self.known(i.name) is None]
         for info in input_infos:
             # The Python binding reads a 0-d tensor out as a scalar, not a view of its
             # memory: the file's inputs and outputs are at least 1-d (the same bytes).
@@ -254,8 +259,9 @@ def _matmul(c: Converter, node: Any) -> None:
     left = c.tensor(node.input[0])
     shape = c.shape(node.output[0])
     out = c.b.tensor(shape)
-    if node.input[1] in c.constants and c.constants[node.input[1]].ndim == 2:
-        weight = c.constants[node.input[1]].astype(numpy.float32)
+    weight = c.known(node.input[1])
+    if weight is not None and weight.ndim == 2:
+        weight = weight.astype(numpy.float32)
         c.b.op("FULLY_CONNECTED", [left, c.b.constant(weight.T.copy()), -1], [out],
                "FullyConnectedOptions", keepNumDims=True)
     else:
@@ -284,7 +290,7 @@ def _layer_norm(c: Converter, node: Any) -> None:
     """LayerNormalization as means, a difference, a square and a reciprocal root:
     two passes over the data, as torch's kernel computes it."""
     attributes = c.attributes(node)
-    if any(name in c.read for name in node.output[1:]):
+    if any(c.index.reader_count(name) for name in node.output[1:]):
         raise NotMapped(f"LayerNormalization {node.output[0]}: mean or inverse deviation read")
     if attributes.get("stash_type", 1) != 1:
         raise NotMapped(f"LayerNormalization {node.output[0]}: stash type")
@@ -321,8 +327,8 @@ TRANSLATORS: dict[str, Callable[[Converter, Any], None]] = {
 }
 
 
-def to_tflite(model: Any, constants: Mapping[str, numpy.ndarray] | None = None) -> Converted:
-    """`model` (an ONNX ModelProto exirc built) as a TFLite file; `constants`: graph
-    inputs whose data is fixed, written into the file. NotMapped when a node has
+def to_tflite(model: Any, fixed: Mapping[str, numpy.ndarray] | None = None) -> Converted:
+    """`model` (an ONNX ModelProto exirc built) as a TFLite file; `fixed`: graph
+    inputs whose data is known, written into the file. NotMapped when a node has
     no TFLite form."""
-    return Converter(model, constants or {}).convert()
+    return Converter(model, fixed or {}).convert()

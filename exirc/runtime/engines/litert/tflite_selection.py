@@ -34,9 +34,9 @@ def int32(array: Any, what: str) -> numpy.ndarray:
 def _gather(c: Converter, node: Any) -> None:
     shape = c.shape(node.input[0])
     axis = c.attributes(node).get("axis", 0) % len(shape)
-    if node.input[1] in c.constants:
+    fixed = c.known(node.input[1])
+    if fixed is not None:
         # ONNX wraps a negative index, TFLite refuses it: constant ones are wrapped here.
-        fixed = numpy.asarray(c.constants[node.input[1]])
         if fixed.size and (fixed.min() < -shape[axis] or fixed.max() >= shape[axis]):
             raise NotMapped(f"Gather {node.output[0]}: a constant index outside the data")
         indices = Value(c.b.constant(int32(fixed % max(shape[axis], 1), "an index")))

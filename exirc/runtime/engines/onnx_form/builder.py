@@ -1,7 +1,10 @@
-"""The pieces `onnx_graph` and `onnx_nodes` share: the ONNX graph being built.
+"""Making ONNX graphs: new nodes and initializers, and the XNNPACK graph being built.
 
-`OnnxBuilder` collects ONNX nodes and initializers (weights as numpy arrays,
-copied into the model) while each XNNPACK node is emitted; value `id` is named
+`OnnxNodes` makes ONNX nodes and initializers (weights as numpy arrays, copied
+into the model) under fresh names: the delegates' forms (`OnnxBuilder`), the
+fused chains (`chain`) and the rewrites that add nodes (`graph_index`) all
+make them through it. `OnnxBuilder` is the pieces `xnnpack_graph` and
+`xnnpack_nodes` share while each XNNPACK node is emitted; value `id` is named
 `v<id>` so that the delegate's inputs and outputs keep recognisable names.
 `onnx` itself is imported only when a builder is made (a delegate is being
 converted), never when exirc's runtime is imported.
@@ -26,42 +29,65 @@ def value_name(value_id: int) -> str:
     return f"v{value_id}"
 
 
-class OnnxBuilder:
-    """Collects ONNX nodes and initializers while the graph's nodes are emitted."""
+class OnnxNodes:
+    """New ONNX nodes and initializers, collected in order; each value a node or
+    initializer makes without a given name is named `fresh(stem)`: `<stem>_<tag><n>`
+    for the next n that is not `taken` (a rewrite passes the names its graph has
+    already; a graph built from nothing has none). The one place nodes are made."""
 
-    def __init__(self, graph: G.XNNGraph, constants: dict[int, torch.Tensor],
-                 shapes: dict[int, tuple[int, ...]]) -> None:
+    def __init__(self, tag: str = "", taken: set[str] | None = None) -> None:
         import onnx.helper
         import onnx.numpy_helper
 
         self.helper = onnx.helper
         self.numpy_helper = onnx.numpy_helper
-        self.graph = graph
-        self.values = {v.id_out: v for v in graph.values}
-        self.constants = constants
-        self.shapes = shapes  # inferred dims by value id (`CompiledGraph.shapes`)
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
-        self._named: set[str] = set()
+        self._tag = tag
+        self._taken = set() if taken is None else taken
         self._counter = 0
 
-    # -- names and constants -------------------------------------------------
-
     def fresh(self, stem: str) -> str:
-        self._counter += 1
-        return f"{stem}_{self._counter}"
+        while True:
+            self._counter += 1
+            name = f"{stem}_{self._tag}{self._counter}"
+            if name not in self._taken:
+                self._taken.add(name)
+                return name
 
-    def initializer(self, stem: str, array: numpy.ndarray) -> str:
+    def array(self, stem: str, array: numpy.ndarray) -> str:
         """A new initializer holding `array`; its name."""
         name = self.fresh(stem)
         self.initializers.append(self.numpy_helper.from_array(array, name))
         return name
 
     def floats(self, stem: str, numbers: list[float], shape: tuple[int, ...] = ()) -> str:
-        return self.initializer(stem, numpy.asarray(numbers, dtype=numpy.float32).reshape(shape))
+        return self.array(stem, numpy.asarray(numbers, dtype=numpy.float32).reshape(shape))
 
     def ints(self, stem: str, numbers: list[int]) -> str:
-        return self.initializer(stem, numpy.asarray(numbers, dtype=numpy.int64))
+        return self.array(stem, numpy.asarray(numbers, dtype=numpy.int64))
+
+    def node(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
+             **attributes: Any) -> str:
+        """Append a node; its (first) output name, made up when not given."""
+        outputs = outputs or [self.fresh(op_type.lower())]
+        self.nodes.append(self.helper.make_node(op_type, inputs, outputs, **attributes))
+        return outputs[0]
+
+
+class OnnxBuilder(OnnxNodes):
+    """Collects ONNX nodes and initializers while the graph's nodes are emitted."""
+
+    def __init__(self, graph: G.XNNGraph, constants: dict[int, torch.Tensor],
+                 shapes: dict[int, tuple[int, ...]]) -> None:
+        super().__init__()
+        self.graph = graph
+        self.values = {v.id_out: v for v in graph.values}
+        self.constants = constants
+        self.shapes = shapes  # inferred dims by value id (`CompiledGraph.shapes`)
+        self._named: set[str] = set()
+
+    # -- values and constants ------------------------------------------------
 
     def read(self, value_id: int) -> str:
         """The name of a value a node reads: a constant becomes an initializer once."""
@@ -97,28 +123,21 @@ class OnnxBuilder:
 
     # -- nodes ---------------------------------------------------------------
 
-    def add(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
-            **attributes: Any) -> str:
-        """Append a node; its (first) output name, made up when not given."""
-        outputs = outputs or [self.fresh(op_type.lower())]
-        self.nodes.append(self.helper.make_node(op_type, inputs, outputs, **attributes))
-        return outputs[0]
-
     def clamp(self, source: str, bounds: tuple[float, float] | None, target: str) -> str:
         """`target` = `source` clamped to `bounds` (Relu for [0, inf), as ORT fuses it)."""
         if bounds is None:
-            return self.add("Identity", [source], [target])
+            return self.node("Identity", [source], [target])
         low, high = bounds
         if low == 0.0 and high == float("inf"):
-            return self.add("Relu", [source], [target])
-        return self.add("Clip", [source, self.floats("low", [low]),
+            return self.node("Relu", [source], [target])
+        return self.node("Clip", [source, self.floats("low", [low]),
                                  self.floats("high", [high])], [target])
 
     def to_nchw(self, name: str) -> str:
-        return self.add("Transpose", [name], perm=[0, 3, 1, 2])
+        return self.node("Transpose", [name], perm=[0, 3, 1, 2])
 
     def to_nhwc(self, name: str, target: str) -> str:
-        return self.add("Transpose", [name], [target], perm=[0, 2, 3, 1])
+        return self.node("Transpose", [name], [target], perm=[0, 2, 3, 1])
 
 
 def clamp_bounds(node: G.Node) -> tuple[float, float] | None:

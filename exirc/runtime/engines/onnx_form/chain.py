@@ -140,32 +140,14 @@ class _Builder(ChainValues):
 
     def __init__(self, plan: P.ExecutionPlan, env: list[Any], written: frozenset[int],
                  steps: Sequence[Callable[[], Any]] | None) -> None:
-        import onnx.helper
-        import onnx.numpy_helper
+        import onnx
 
         super().__init__(plan, env, written)
         self.steps = steps
         self.onnx = onnx
-        self.nodes: list[Any] = []
-        self.initializers: list[Any] = []
         self.floors: list[str] = []
-        self._counter = 0
 
-    # -- the Emitter interface (onnx_chain_ops) ---------------------------------
-
-    def array(self, stem: str, array: numpy.ndarray) -> str:
-        self._counter += 1
-        name = f"{stem}_{self._counter}"
-        self.initializers.append(self.onnx.numpy_helper.from_array(array, name))
-        return name
-
-    def node(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
-             **attributes: Any) -> str:
-        if outputs is None:
-            self._counter += 1
-            outputs = [f"{op_type.lower()}_{self._counter}"]
-        self.nodes.append(self.onnx.helper.make_node(op_type, inputs, outputs, **attributes))
-        return outputs[0]
+    # -- the rest of the Emitter interface (onnx_chain_ops) ----------------------
 
     def floor(self, indices: str) -> None:
         self.floors.append(self.node("Cast", [indices], to=ONNX_TYPES[torch.int64]))
@@ -218,7 +200,8 @@ class _Builder(ChainValues):
     def _fold(self, position: int, kernel: Kernel, args: list[int], outs: list[int],
               written: list[int]) -> bool:
         """Run the kernel at load and take its outs as constants, if it reads only
-        constants and is worth it (`onnx_chain_folding`); whether it was."""
+        constants and is worth it (`chain_folding`); whether it was. NotMapped if
+        it fails."""
         if self.steps is None or not foldable(kernel) or \
                 not all(self._known(value) for i, value in enumerate(args) if i not in outs):
             return False
@@ -229,8 +212,13 @@ class _Builder(ChainValues):
         try:
             self.steps[position]()
             arrays = [t.clone().numpy() for t in tensors]
-        except Exception:  # noqa: BLE001 (the kernels raise it at run time, as before)
-            return False
+        except Exception as error:  # noqa: BLE001 (recorded: the chain's refusal)
+            # Its arguments are the same every run, so it fails every run: run one by
+            # one, the kernels raise it (a translation of it might answer instead).
+            lines = str(error).strip().splitlines()
+            raise NotMapped(f"instruction {position}: {kernel.name} fails on its constant "
+                            f"arguments ({type(error).__name__}: {lines[0] if lines else ''})"
+                            ) from error
         for value, array in zip(written, arrays):
             self.folded[value] = torch.from_numpy(array)
             self.node("Identity", [self.array("folded", array)], [self.name(value)])

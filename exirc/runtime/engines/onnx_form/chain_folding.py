@@ -15,8 +15,9 @@ Not folded: kernels outside ATen (quantized, exirc's own, users' kernels),
 ops torch tags nondeterministic (rand, dropout, bernoulli: a run draws anew),
 `empty` (its contents are whatever the memory held), any op that writes an
 argument other than its outs, outs beyond `FOLD_LIMIT_BYTES` (a folded value
-is held in the session as well as computed), and any step that fails at load
-(the kernels raise it at run time as before).
+is held in the session as well as computed). A step that fails at load fails
+the same way every run: the chain is refused with its error, and the kernels,
+run one by one, raise it.
 """
 
 from __future__ import annotations

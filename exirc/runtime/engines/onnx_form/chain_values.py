@@ -17,7 +17,7 @@ from typing import Any
 import numpy
 import torch
 
-from exirc.runtime.engines.onnx_form.builder import NotMapped
+from exirc.runtime.engines.onnx_form.builder import NotMapped, OnnxNodes
 from exirc.runtime.engines.onnx_form.chain_ops import ONNX_TYPES
 from exirc.serialize import program as P
 
@@ -28,11 +28,13 @@ def byte_span(tensor: torch.Tensor) -> tuple[int, int]:
     return start, start + tensor.numel() * tensor.element_size()
 
 
-class ChainValues:
-    """Reads, writes and views of a method's values while its chain is translated;
-    the node-making half of the `Emitter` interface is the subclass's (`onnx_chain`)."""
+class ChainValues(OnnxNodes):
+    """Reads, writes and views of a method's values while its chain is translated,
+    into the nodes and initializers `OnnxNodes` collects (the `Emitter` interface
+    is completed by the subclass, `chain._Builder`)."""
 
     def __init__(self, plan: P.ExecutionPlan, env: list[Any], written: frozenset[int]) -> None:
+        super().__init__()
         self.plan, self.env, self.written = plan, env, written
         self.produced: set[int] = set()
         self.read: set[int] = set()
@@ -43,13 +45,6 @@ class ChainValues:
         self.spans: dict[int, tuple[int, int]] = {}
         self.uses: list[tuple[int, int]] = []
         self.folded: dict[int, torch.Tensor] = {}  # values computed at load, by value
-
-    def node(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
-             **attributes: Any) -> str:
-        raise NotImplementedError
-
-    def array(self, stem: str, array: numpy.ndarray) -> str:
-        raise NotImplementedError
 
     def name(self, value: int) -> str:
         self.tensor(value)

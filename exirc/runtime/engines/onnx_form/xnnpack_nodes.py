@@ -46,20 +46,20 @@ INT64_MAX = 2**63 - 1
 def _unary(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.Node1x1)
-    b.add(UNARY[node.kind], [b.read(p.input_id)], [value_name(p.output_id)])
+    b.node(UNARY[node.kind], [b.read(p.input_id)], [value_name(p.output_id)])
 
 
 def _square(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.Node1x1)
     x = b.read(p.input_id)
-    b.add("Mul", [x, x], [value_name(p.output_id)])
+    b.node("Mul", [x, x], [value_name(p.output_id)])
 
 
 def _rsqrt(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.Node1x1)
-    b.add("Reciprocal", [b.add("Sqrt", [b.read(p.input_id)])], [value_name(p.output_id)])
+    b.node("Reciprocal", [b.node("Sqrt", [b.read(p.input_id)])], [value_name(p.output_id)])
 
 
 def _clamp(b: OnnxBuilder, node: G.Node) -> None:
@@ -71,19 +71,19 @@ def _clamp(b: OnnxBuilder, node: G.Node) -> None:
 def _softmax(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.Node1x1)
-    b.add("Softmax", [b.read(p.input_id)], [value_name(p.output_id)], axis=-1)
+    b.node("Softmax", [b.read(p.input_id)], [value_name(p.output_id)], axis=-1)
 
 
 def _elu(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.ELU)
-    b.add("Elu", [b.read(p.input_id)], [value_name(p.output_id)], alpha=float(p.alpha))
+    b.node("Elu", [b.read(p.input_id)], [value_name(p.output_id)], alpha=float(p.alpha))
 
 
 def _leaky_relu(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.LeakyReLU)
-    b.add("LeakyRelu", [b.read(p.input_id)], [value_name(p.output_id)],
+    b.node("LeakyRelu", [b.read(p.input_id)], [value_name(p.output_id)],
           alpha=float(p.negative_slope))
 
 
@@ -92,7 +92,7 @@ def _prelu(b: OnnxBuilder, node: G.Node) -> None:
     # ONNX's unidirectional broadcasting does.
     p = node.params
     assert isinstance(p, G.Node2x1)
-    b.add("PRelu", [b.read(p.input1_id), b.read(p.input2_id)], [value_name(p.output_id)])
+    b.node("PRelu", [b.read(p.input1_id), b.read(p.input2_id)], [value_name(p.output_id)])
 
 
 def _binary(b: OnnxBuilder, node: G.Node) -> None:
@@ -100,7 +100,7 @@ def _binary(b: OnnxBuilder, node: G.Node) -> None:
     assert isinstance(p, G.Node2x1)
     bounds = clamp_bounds(node)
     target = value_name(p.output_id)
-    result = b.add(BINARY[node.kind], [b.read(p.input1_id), b.read(p.input2_id)],
+    result = b.node(BINARY[node.kind], [b.read(p.input1_id), b.read(p.input2_id)],
                    None if bounds else [target])
     if bounds:
         b.clamp(result, bounds, target)
@@ -116,12 +116,12 @@ def _fully_connected(b: OnnxBuilder, node: G.Node) -> None:
     bounds = clamp_bounds(node)
     target = value_name(p.output_id)
     direct = None if bounds else [target]
-    product = b.add("MatMul", [b.read(p.input1_id),
-                               b.initializer("weight", numpy.ascontiguousarray(weight))],
+    product = b.node("MatMul", [b.read(p.input1_id),
+                               b.array("weight", numpy.ascontiguousarray(weight))],
                     direct if p.bias_id == G.INVALID_VALUE_ID else None)
     if p.bias_id != G.INVALID_VALUE_ID:
         b.require_constant(p.bias_id, "bias")
-        product = b.add("Add", [product, b.read(p.bias_id)], direct)
+        product = b.node("Add", [product, b.read(p.bias_id)], direct)
     if bounds:
         b.clamp(product, bounds, target)
 
@@ -144,7 +144,7 @@ def _convolution(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.Conv)
     weight = _onnx_filter(node.kind, p, b.require_constant(p.filter_id, "filter"))
-    inputs = [b.to_nchw(b.read(p.input1_id)), b.initializer("filter", weight)]
+    inputs = [b.to_nchw(b.read(p.input1_id)), b.array("filter", weight)]
     if p.bias_id != G.INVALID_VALUE_ID:
         b.require_constant(p.bias_id, "bias")
         inputs.append(b.read(p.bias_id))
@@ -156,11 +156,11 @@ def _convolution(b: OnnxBuilder, node: G.Node) -> None:
         "group": p.groups,
     }
     if node.kind == G.NodeKind.CONV_TRANSPOSE2D:
-        result = b.add("ConvTranspose", inputs, output_padding=[p.adjustment_height,
+        result = b.node("ConvTranspose", inputs, output_padding=[p.adjustment_height,
                                                                 p.adjustment_width],
                        **attributes)
     else:
-        result = b.add("Conv", inputs, **attributes)
+        result = b.node("Conv", inputs, **attributes)
     _finish_nchw(b, node, result, p.output_id)
 
 
@@ -186,10 +186,10 @@ def _pooling(b: OnnxBuilder, node: G.Node) -> None:
     }
     x = b.to_nchw(b.read(p.input_id))
     if node.kind == G.NodeKind.MAX_POOLING_2D:
-        result = b.add("MaxPool", [x], dilations=[p.dilation_height, p.dilation_width],
+        result = b.node("MaxPool", [x], dilations=[p.dilation_height, p.dilation_width],
                        **attributes)
     else:  # XNNPACK's average pooling has no dilation; the torch path ignores it too
-        result = b.add("AveragePool", [x], count_include_pad=0, **attributes)
+        result = b.node("AveragePool", [x], count_include_pad=0, **attributes)
     _finish_nchw(b, node, result, p.output_id)
 
 
@@ -204,7 +204,7 @@ def _resize_bilinear(b: OnnxBuilder, node: G.Node) -> None:
         raise NotMapped(f"its input's dims {dims} are not NHWC")
     mode = "align_corners" if p.flags & FLAG_ALIGN_CORNERS else "pytorch_half_pixel"
     sizes = b.ints("sizes", [dims[0], dims[3], p.new_height, p.new_width])
-    result = b.add("Resize", [b.to_nchw(b.read(p.input_id)), "", "", sizes], mode="linear",
+    result = b.node("Resize", [b.to_nchw(b.read(p.input_id)), "", "", sizes], mode="linear",
                    coordinate_transformation_mode=mode)
     _finish_nchw(b, node, result, p.output_id)
 
@@ -222,12 +222,12 @@ def _global_average_pooling(b: OnnxBuilder, node: G.Node) -> None:
         # (~35 us against ~6 for [16, 768]); as [N, H * W] over its last axis, on
         # its fast one. The sum's order changes with the path: results move in
         # the last bits.
-        flat = b.add("Reshape", [b.read(p.input_id), b.ints("shape", [dims[0], -1])])
-        mean = b.add("ReduceMean", [flat, b.ints("axes", [1])], keepdims=1)
-        result = b.add("Reshape", [mean, b.ints("shape", [dims[0], 1, 1, 1] if keep else
+        flat = b.node("Reshape", [b.read(p.input_id), b.ints("shape", [dims[0], -1])])
+        mean = b.node("ReduceMean", [flat, b.ints("axes", [1])], keepdims=1)
+        result = b.node("Reshape", [mean, b.ints("shape", [dims[0], 1, 1, 1] if keep else
                                                  [dims[0], 1])], None if bounds else [target])
     else:
-        result = b.add("ReduceMean", [b.read(p.input_id), b.ints("axes", [1, 2])],
+        result = b.node("ReduceMean", [b.read(p.input_id), b.ints("axes", [1, 2])],
                        None if bounds else [target], keepdims=keep)
     if bounds:
         b.clamp(result, bounds, target)
@@ -236,7 +236,7 @@ def _global_average_pooling(b: OnnxBuilder, node: G.Node) -> None:
 def _transpose(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.StaticTranspose)
-    b.add("Transpose", [b.read(p.input_id)], [value_name(p.output_id)], perm=list(p.perm))
+    b.node("Transpose", [b.read(p.input_id)], [value_name(p.output_id)], perm=list(p.perm))
 
 
 def _reshape(b: OnnxBuilder, node: G.Node) -> None:
@@ -245,7 +245,7 @@ def _reshape(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.StaticReshape)
     shape = [-1 if d == 0 else d for d in p.new_shape]
-    b.add("Reshape", [b.read(p.input_id), b.ints("shape", shape)], [value_name(p.output_id)])
+    b.node("Reshape", [b.read(p.input_id), b.ints("shape", shape)], [value_name(p.output_id)])
 
 
 def _slice(b: OnnxBuilder, node: G.Node) -> None:
@@ -253,7 +253,7 @@ def _slice(b: OnnxBuilder, node: G.Node) -> None:
     assert isinstance(p, G.StaticSlice)
     ends = [INT64_MAX if size == 0 else offset + size for offset, size in zip(p.offsets,
                                                                                p.sizes)]
-    b.add("Slice", [b.read(p.input_id), b.ints("starts", list(p.offsets)),
+    b.node("Slice", [b.read(p.input_id), b.ints("starts", list(p.offsets)),
                     b.ints("ends", ends), b.ints("axes", list(range(p.num_dims)))],
           [value_name(p.output_id)])
 
@@ -262,7 +262,7 @@ def _constant_pad(b: OnnxBuilder, node: G.Node) -> None:
     p = node.params
     assert isinstance(p, G.StaticConstantPad)
     pads = b.ints("pads", [*p.pre_paddings, *p.post_paddings])
-    b.add("Pad", [b.read(p.input_id), pads, b.floats("fill", [p.padding_value])],
+    b.node("Pad", [b.read(p.input_id), pads, b.floats("fill", [p.padding_value])],
           [value_name(p.output_id)], mode="constant")
 
 
@@ -271,7 +271,7 @@ def _concatenate(b: OnnxBuilder, node: G.Node) -> None:
     assert isinstance(p, G.Concatenate)
     ids = [p.input1_id, p.input2_id, p.input3_id, p.input4_id, p.input5_id]
     used = ids[:CONCAT_INPUTS[node.kind]]
-    b.add("Concat", [b.read(value_id) for value_id in used], [value_name(p.output_id)],
+    b.node("Concat", [b.read(value_id) for value_id in used], [value_name(p.output_id)],
           axis=p.axis)
 
 
@@ -283,9 +283,9 @@ def _batch_matrix_multiply(b: OnnxBuilder, node: G.Node) -> None:
         rank = b.rank(p.input2_id)
         if rank < 2:
             raise NotMapped(f"XNN_FLAG_TRANSPOSE_B of a rank-{rank} input")
-        second = b.add("Transpose", [second],
+        second = b.node("Transpose", [second],
                        perm=[*range(rank - 2), rank - 1, rank - 2])
-    b.add("MatMul", [b.read(p.input1_id), second], [value_name(p.output_id)])
+    b.node("MatMul", [b.read(p.input1_id), second], [value_name(p.output_id)])
 
 
 EMITTERS: dict[G.NodeKind, Emitter] = {

@@ -48,7 +48,9 @@ class OrtChain:
             assert self._binding is not None
             renew_held(self.form.outputs, self._bind_output)
             self._binding.run()
-        except Exception:  # noqa: BLE001 (any refusal: the kernels raise the right error)
+        except Exception:  # noqa: BLE001 (onnxruntime's errors share no narrower base)
+            # onnxruntime refused the call (an index out of range, say): it is handed
+            # back, and the kernels, which check every argument, raise exirc's error.
             return False
         return True
 

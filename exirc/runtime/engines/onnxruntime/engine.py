@@ -70,7 +70,7 @@ class OnnxRuntimeEngine:
             chain.session()
         except Exception as error:  # noqa: BLE001 (onnxruntime refusing it: recorded)
             return Refusal(self.name, f"onnxruntime refused the fused model: "
-                                      f"{type(error).__name__}")
+                                      f"{type(error).__name__}: {first_line(error)}")
         method = FusedMethod(chain, form, view)
         method.artifacts = [("onnx", form.model), ("rules.txt", form.rules_text().encode())]
         return method, FUSED

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from exirc.runtime.engines.onnxruntime.chain import FUSED
+from exirc.runtime.kernels.registry import KERNELS, Kernel, parse_schema
 from tests.runtime.engines.onnx_form.test_chain import fails_as_the_kernels_do, kernel_by_kernel
 from tests.runtime.engines.onnx_form.test_chain_norms import answers_as_everyone, lowered
 
@@ -42,6 +43,25 @@ def test_kernels_of_constants_are_folded_at_load_with_torchs_bits() -> None:
     assert method.execution.startswith(FUSED), method.execution
     answers_as_everyone(method, module, pte, [x], exact=True)
     answers_as_everyone(method, module, pte, [torch.randn(6, 6)], exact=True)
+
+
+def test_a_kernel_failing_on_its_constants_refuses_the_chain_with_its_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its arguments are the same every run, so it fails every run: the chain is not
+    # fused around it (a translation might answer where the kernel raises), the
+    # refusal says why, and run kernel by kernel the method raises the kernel's error.
+    def refusing(*args: object, **kwargs: object) -> None:
+        raise ValueError("a table the kernel refuses\nsecond line")
+
+    key = "aten::abs.out"
+    monkeypatch.setitem(KERNELS._kernels, key, Kernel(key, parse_schema(key), refusing))
+    x = torch.randn(6, 6)
+    method, _, _ = lowered("constant_tables_refused", ConstantTables, x)
+    assert method.accelerated is None
+    assert "aten::abs.out fails on its constant arguments (ValueError: a table the kernel " \
+           "refuses)" in method.execution, method.execution
+    with pytest.raises(Exception, match="a table the kernel refuses"):
+        method.run([x])
 
 
 class Noisy(nn.Module):

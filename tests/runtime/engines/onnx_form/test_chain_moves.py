@@ -47,8 +47,8 @@ def test_moved_and_filled_ids_run_fused_exactly() -> None:
     method = load(compile_module(model, [ids], options=CompileOptions(target="xnnpack")).data
                   ).method("forward")
     assert method.accelerated is not None, "the chain was expected to fuse"
-    model = onnx.load_from_string(method.accelerated.form.model)
-    ops = Counter(node.op_type for node in model.graph.node)
+    fused = onnx.load_from_string(method.accelerated.form.model)
+    ops = Counter(node.op_type for node in fused.graph.node)
     assert ops["Slice"] >= 2 and ops["Transpose"] >= 1 and ops["Concat"] >= 1, ops
     for other in (ids, torch.randint(0, 20, (2, 6))):
         with torch.no_grad():

@@ -25,8 +25,8 @@ def matmul_on_batch_dims(rewriter: _Rewriter, last: _Node) -> bool:
     lets onnxruntime fuse the MatMul with a neighbour (`_Rewriter._fuses`).
     Takes and returns the rewriter's ONNX graph; True if it rewrote."""
     product = last.input[0]
-    matmul = rewriter._made_by(product, "MatMul")
-    if matmul is None or not rewriter._only_reader(product) or len(matmul.input) != 2:
+    matmul = rewriter.made_by(product, "MatMul")
+    if matmul is None or rewriter.sole_reader(product) is None or len(matmul.input) != 2:
         return False
     target = rewriter.shapes[last.output[0]]
     flat = rewriter.shapes.get(product)
@@ -37,8 +37,8 @@ def matmul_on_batch_dims(rewriter: _Rewriter, last: _Node) -> bool:
     operands: list[_Node] = []
     sources: list[str] = []
     for name in matmul.input:
-        reshape = rewriter._made_by(name, "Reshape")
-        if reshape is None or not rewriter._only_reader(name) or \
+        reshape = rewriter.made_by(name, "Reshape")
+        if reshape is None or rewriter.sole_reader(name) is None or \
                 reshape.input[0] not in rewriter.shapes:
             return False
         operands.append(reshape)
@@ -47,8 +47,8 @@ def matmul_on_batch_dims(rewriter: _Rewriter, last: _Node) -> bool:
             return False
         sources.append(reshape.input[0])
     if matmul.input[0] == matmul.input[1] or \
-            rewriter._fuses(matmul, rewriter.read_by.get(last.output[0], [])) or \
-            any(rewriter._fuses(rewriter.producer.get(s), [matmul]) for s in sources):
+            rewriter._fuses(matmul, rewriter.readers(last.output[0])) or \
+            any(rewriter._fuses(rewriter.producer(s), [matmul]) for s in sources):
         return False
     matmul.input[:] = sources
     matmul.output[0] = last.output[0]

@@ -75,9 +75,9 @@ class LayerNorm:
             else self.bias.reshape(self.shape)
         bounds = clamp_bounds(self.last)
         target = value_name(self.target)
-        result = b.add("LayerNormalization",
-                       [b.read(self.source), b.initializer("ln_scale", scale),
-                        b.initializer("ln_bias", bias)],
+        result = b.node("LayerNormalization",
+                       [b.read(self.source), b.array("ln_scale", scale),
+                        b.array("ln_bias", bias)],
                        None if bounds else [target],
                        axis=1, epsilon=self.epsilon, stash_type=1)
         if bounds:

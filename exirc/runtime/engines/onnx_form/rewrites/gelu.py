@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy
 
-from exirc.runtime.engines.onnx_form.rewrites.reshapes import inferred_shapes
+from exirc.runtime.engines.onnx_form.graph_index import GraphIndex, Shape, static_shapes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -54,12 +54,8 @@ def fuse_tanh_gelus(model: ModelProto) -> int:
     graph = model.graph
     if not any(node.op_type in ("Tanh", "Sigmoid") for node in graph.node):
         return 0  # nothing to find: skip shape inference
-    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for node in graph.node for attribute in node.attribute):
-        return 0  # readers inside subgraphs would not be counted
-    try:
-        shapes = inferred_shapes(model)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+    shapes = static_shapes(model)
+    if shapes is None:
         return 0
     matcher = _GeluMatcher(model, shapes)
     replaced: dict[int, NodeProto] = {}  # id of a match's last node -> its Gelu
@@ -78,18 +74,8 @@ def fuse_tanh_gelus(model: ModelProto) -> int:
             "Gelu", [found.x], list(found.last.output), approximate="tanh")
     if not replaced:
         return 0
-    nodes = [replaced.get(id(node), node) for node in graph.node
-             if id(node) not in removed or id(node) in replaced]
-    graph.node.clear()
-    graph.node.extend(nodes)
-    read = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
-    kept = [t for t in graph.initializer if t.name in read]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    made = {name for node in nodes for name in node.output} | {i.name for i in graph.input}
-    kept_info = [info for info in graph.value_info if info.name in made]
-    del graph.value_info[:]
-    graph.value_info.extend(kept_info)
+    matcher.write_back(replaced.get(id(node), node) for node in graph.node
+                       if id(node) not in removed or id(node) in replaced)
     return len(replaced)
 
 
@@ -100,39 +86,22 @@ class _Match:
         self.x, self.nodes, self.last = x, nodes, last
 
 
-class _GeluMatcher:
+class _GeluMatcher(GraphIndex["NodeProto"]):
     """Who makes and who reads each value of a model, and the pattern's matching."""
 
-    def __init__(self, model: ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
-        import onnx
-
-        graph = model.graph
+    def __init__(self, model: ModelProto, shapes: dict[str, Shape]) -> None:
+        super().__init__(model.graph, model.graph.node)
         self.shapes = shapes
-        self.producer = {name: node for node in graph.node for name in node.output}
-        self.readers: dict[str, list[NodeProto]] = {}
-        for node in graph.node:
-            for name in node.input:
-                self.readers.setdefault(name, []).append(node)
-        self.outputs = {o.name for o in graph.output}
-        inputs = {i.name for i in graph.input}  # an initializer that is an input is not constant
-        self.constants = {
-            t.name: float(onnx.numpy_helper.to_array(t).reshape(()))
-            for t in graph.initializer
-            if t.data_type == onnx.TensorProto.FLOAT and math.prod(t.dims) == 1 and
-            t.name not in inputs}
 
     def is_constant(self, name: str, value: float) -> bool:
         """Whether `name` is a one-element float32 constant equal to `value` in float32."""
-        return name in self.constants and self.constants[name] == float(numpy.float32(value))
-
-    def read_once(self, name: str) -> bool:
-        return len(self.readers.get(name, [])) == 1 and name not in self.outputs
+        return self.scalar(name) == float(numpy.float32(value))
 
     def factors(self, name: str, nodes: list[NodeProto], root: bool = False) -> list[str]:
         """The factors of `name` as a product: through each Mul (or Pow to 3) making a
         value read only once (`root`: `name` itself, whoever reads it), appended to `nodes`."""
-        node = self.producer.get(name)
-        if node is None or not (root or self.read_once(name)):
+        node = self.producer(name)
+        if node is None or (not root and self.sole_reader(name) is None):
             return [name]
         if node.op_type == "Mul" and len(node.input) == 2:
             nodes.append(node)
@@ -147,12 +116,12 @@ class _GeluMatcher:
         nodes: list[NodeProto] = [tanh]
         scaled = self.factors(tanh.input[0], nodes, root=True)
         sum_name = self._one_besides(scaled, SCALE)
-        add = self.producer.get(sum_name or "")
+        add = self.producer(sum_name or "")
         if add is None or add.op_type != "Add" or len(add.input) != 2:
             return None
         nodes.append(add)
         x = self._cubic_sum(add, nodes)
-        plus_one = self._single_reader(tanh.output[0])
+        plus_one = self.sole_reader(tanh.output[0])
         if x is None or plus_one is None or plus_one.op_type != "Add" or \
                 len(plus_one.input) != 2 or \
                 not self.is_constant(_other(plus_one, tanh.output[0]), ONE):
@@ -168,7 +137,7 @@ class _GeluMatcher:
         """The GELU whose Sigmoid is `sigmoid` (the sigmoid form), or None."""
         nodes: list[NodeProto] = [sigmoid]
         x = self._sigmoid_argument(sigmoid.input[0], nodes)
-        last = self._single_reader(sigmoid.output[0])
+        last = self.sole_reader(sigmoid.output[0])
         if x is None or last is None or last.op_type != "Mul":
             return None
         found: list[NodeProto] = []
@@ -185,7 +154,7 @@ class _GeluMatcher:
         """x, if `name` is x * (x * x * 2k*0.044715 + 2k) or (x + x^3 * 0.044715) * 2k."""
         found: list[NodeProto] = []
         factors = self.factors(name, found, root=True)
-        scaled_sum = self.producer.get(self._one_besides(factors, 2 * SCALE) or "")
+        scaled_sum = self.producer(self._one_besides(factors, 2 * SCALE) or "")
         if scaled_sum is not None and scaled_sum.op_type == "Add" and \
                 len(scaled_sum.input) == 2:
             x = self._cubic_sum(scaled_sum, found)
@@ -196,13 +165,14 @@ class _GeluMatcher:
         if len(factors) != 2:
             return None
         for x, sum_name in (factors, reversed(factors)):
-            add = self.producer.get(sum_name)
+            add = self.producer(sum_name)
             if add is None or add.op_type != "Add" or len(add.input) != 2 or \
-                    not self.read_once(sum_name):
+                    self.sole_reader(sum_name) is None:
                 continue
             for term, constant in (add.input, reversed(add.input)):
                 square: list[NodeProto] = []
-                if self.is_constant(constant, 2 * SCALE) and self.read_once(term) and \
+                if self.is_constant(constant, 2 * SCALE) and \
+                        self.sole_reader(term) is not None and \
                         self._is_product(self.factors(term, square), [x, x], 2 * SCALE * CUBIC):
                     nodes.extend([*found, add, *square])
                     return x
@@ -212,7 +182,7 @@ class _GeluMatcher:
         """x, if `add` is x + x * x * x * 0.044715 (either order)."""
         for x, term in (add.input, reversed(add.input)):
             found: list[NodeProto] = []
-            if x != term and self.read_once(term) and \
+            if x != term and self.sole_reader(term) is not None and \
                     self._is_product(self.factors(term, found), [x, x, x], CUBIC):
                 nodes.extend(found)
                 return x
@@ -220,7 +190,7 @@ class _GeluMatcher:
 
     def _product(self, x: str, plus_one: str, nodes: list[NodeProto]) -> NodeProto | None:
         """The Mul making x * (tanh(u) + 1) * 0.5, one or two Muls below `plus_one`."""
-        node = self._single_reader(plus_one)
+        node = self.sole_reader(plus_one)
         for _ in range(2):
             if node is None or node.op_type != "Mul":
                 return None
@@ -229,7 +199,7 @@ class _GeluMatcher:
                                 [x, plus_one], HALF):
                 nodes.extend(found)
                 return node
-            node = self._single_reader(node.output[0])
+            node = self.sole_reader(node.output[0])
         return None
 
     def _is_product(self, factors: list[str], values: list[str], constant: float) -> bool:
@@ -240,9 +210,6 @@ class _GeluMatcher:
                 return False
             rest.remove(name)
         return len(rest) == 1 and self.is_constant(rest[0], constant)
-
-    def _single_reader(self, name: str) -> NodeProto | None:
-        return self.readers[name][0] if self.read_once(name) else None
 
     def _one_besides(self, factors: list[str], value: float) -> str | None:
         """The factor other than the constant `value`, if there are exactly two."""
@@ -257,7 +224,7 @@ class _GeluMatcher:
         """Every value the nodes make but `last` is read only by them, and no output."""
         members = {id(node) for node in nodes}
         return all(name not in self.outputs and
-                   all(id(reader) in members for reader in self.readers.get(name, []))
+                   all(id(reader) in members for reader in self.readers(name))
                    for node in nodes if node is not last for name in node.output)
 
 

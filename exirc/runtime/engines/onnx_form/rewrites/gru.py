@@ -66,7 +66,7 @@ class _GruRewriter(GruMatcher, RecurrentRewriter):
         if segment.initial_h is not None:
             inputs += ["", self.reshaped(segment.initial_h, state)]
         segment.outputs = [self.fresh("Y"), self.fresh("Y_h")]
-        self.add("GRU", inputs, segment.outputs, hidden_size=width, linear_before_reset=1)
+        self.made.node("GRU", inputs, segment.outputs, hidden_size=width, linear_before_reset=1)
         self.shapes[segment.outputs[0]] = (steps, 1, batch, width)
         self.shapes[segment.outputs[1]] = state
 
@@ -74,7 +74,7 @@ class _GruRewriter(GruMatcher, RecurrentRewriter):
         """Give each step's h that something still reads its value: the last is Y_h
         (reshaped if its shape differs), the others Gathers from Y."""
         cells = segment.cells
-        gru = next(n for n in self.new_nodes if n.output[0] == segment.outputs[0])
+        gru = next(n for n in self.made.nodes if n.output[0] == segment.outputs[0])
         state = self.shapes[segment.outputs[1]]
         last = cells[-1]
         if last.h in read:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy
 
 from exirc.runtime.engines.onnx_form.rewrites.recurrent import (
-    GraphIndex,
+    CellGraph,
     Shape,
     StepShape,
     axis_of,
@@ -68,7 +68,7 @@ class GruSegment:
     outputs: list[str] = field(default_factory=lambda: ["", ""])  # Y, Y_h
 
 
-class GruMatcher(GraphIndex):
+class GruMatcher(CellGraph):
     """Finds the cells and the segments of them."""
 
     def segments(self) -> list[GruSegment]:
@@ -132,7 +132,7 @@ class GruMatcher(GraphIndex):
         r_add = self._single_reader_producer(r_sigmoid.input[0], "Add", r_sigmoid)
         z_add = None if z_sigmoid is None else \
             self._single_reader_producer(z_sigmoid.input[0], "Add", z_sigmoid)
-        x_split, gh_split = self.producer.get(x_n), self.producer.get(gh_n)
+        x_split, gh_split = self.producer(x_n), self.producer(gh_n)
         if z_sigmoid is None or r_add is None or z_add is None or x_split is None or \
                 gh_split is None or x_split is gh_split or \
                 self.sole_reader(r_sigmoid.output[0]) is not reset_mul or \
@@ -156,7 +156,7 @@ class GruMatcher(GraphIndex):
                                 ) -> NodeProto | None:
         """The `op_type` node making `name` (two inputs, one for an activation), if
         `reader` alone reads it."""
-        node = self.producer.get(name)
+        node = self.producer(name)
         arity = 1 if op_type in ("Sigmoid", "Tanh") else 2
         if node is None or node.op_type != op_type or len(node.input) != arity or \
                 self.sole_reader(name) is not reader:
@@ -171,7 +171,7 @@ class GruMatcher(GraphIndex):
 
     def _output_of(self, n: str) -> tuple[NodeProto, NodeProto, NodeProto] | None:
         """(Sub(h_prev, n), Mul(that, z), Add(that, n)): h = (h_prev - n) * z + n."""
-        readers = self.read_by.get(n, [])
+        readers = self.readers(n)
         subs = [r for r in readers if r.op_type == "Sub" and len(r.input) == 2 and
                 r.input[1] == n and r.input[0] != n]
         if len(readers) != 2 or len(subs) != 1 or n in self.outputs:
@@ -236,7 +236,7 @@ class GruMatcher(GraphIndex):
             return None
         columns = numpy.concatenate([numpy.arange(k * width, (k + 1) * width) for k in order])
         nodes, gh_shape = [gh_split], self.shapes[gh]
-        fixed, matmul = self.constant(gh), self.producer.get(gh)
+        fixed, matmul = self.constant(gh), self.producer(gh)
         if fixed is not None:
             rows = numpy.broadcast_to(fixed, gh_shape).reshape(batch, 3 * width)
             zeros = self._constant_value(h_prev)
@@ -289,7 +289,7 @@ class GruMatcher(GraphIndex):
     def _constant_value(self, name: str) -> numpy.ndarray | None:
         """A constant's value, or a Slice's of one (constant bounds), or None."""
         value = self.constant(name)
-        node = self.producer.get(name)
+        node = self.producer(name)
         if value is not None or node is None or node.op_type != "Slice" or \
                 not 4 <= len(node.input) <= 5:
             return value

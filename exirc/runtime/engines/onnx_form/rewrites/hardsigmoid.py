@@ -18,12 +18,9 @@ within the zoo's tolerances.
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy
-
-from exirc.runtime.engines.onnx_form.rewrites.reshapes import inferred_shapes
+from exirc.runtime.engines.onnx_form.graph_index import GraphIndex, static_shapes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -37,17 +34,13 @@ def fuse_hardsigmoids(model: ModelProto) -> int:
     graph = model.graph
     if not {"Add", "Clip", "Div"} <= {node.op_type for node in graph.node}:
         return 0  # nothing to find: skip shape inference
-    constants = {t.name: t for t in graph.initializer}
-    readers = Counter(name for node in graph.node for name in node.input)
-    readers.update(output.name for output in graph.output)
-    reader = {name: node for node in graph.node for name in node.input}
+    index = GraphIndex(graph, graph.node)
     matches = [match for node in graph.node if node.op_type == "Add"
-               if (match := _match(node, constants, readers, reader)) is not None]
+               if (match := _match(node, index)) is not None]
     if not matches:
         return 0
-    try:
-        shapes = inferred_shapes(model)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+    shapes = static_shapes(model)
+    if shapes is None:
         return 0
     replaced: dict[int, NodeProto] = {}
     gone: set[int] = set()
@@ -60,44 +53,26 @@ def fuse_hardsigmoids(model: ModelProto) -> int:
         gone |= {id(node) for node in nodes[1:]}
     if not replaced:
         return 0
-    kept = [replaced.get(id(node), node) for node in graph.node if id(node) not in gone]
-    del graph.node[:]
-    graph.node.extend(kept)
-    read = {name for node in kept for name in node.input}
-    for tensor in [t for t in graph.initializer if t.name not in read]:
-        graph.initializer.remove(tensor)
+    index.write_back(replaced.get(id(node), node) for node in graph.node if id(node) not in gone)
     return len(replaced)
 
 
-def _match(add: NodeProto, constants: dict[str, Any], readers: Counter[str],
-           reader: dict[str, NodeProto]) -> tuple[str, list[NodeProto]] | None:
+def _match(add: NodeProto, index: GraphIndex[NodeProto]) -> tuple[str, list[NodeProto]] | None:
     """(x, [Add, Clip, Div]) if `add` starts a hard sigmoid, else None."""
-    variable = [name for name in add.input if name not in constants]
-    if len(variable) != 1 or not _equals(constants, _other(add, variable[0]), 3.0) or \
-            readers[add.output[0]] != 1:
+    variable = [name for name in add.input if index.initializer(name) is None]
+    if len(variable) != 1 or index.scalar(_other(add, variable[0])) != 3.0:
         return None
-    clip = reader.get(add.output[0])
+    clip = index.sole_reader(add.output[0])
     if clip is None or clip.op_type != "Clip" or len(clip.input) != 3 or \
-            clip.input[0] != add.output[0] or not _equals(constants, clip.input[1], 0.0) or \
-            not _equals(constants, clip.input[2], 6.0) or readers[clip.output[0]] != 1:
+            clip.input[0] != add.output[0] or index.scalar(clip.input[1]) != 0.0 or \
+            index.scalar(clip.input[2]) != 6.0:
         return None
-    div = reader.get(clip.output[0])
+    div = index.sole_reader(clip.output[0])
     if div is None or div.op_type != "Div" or list(div.input[:1]) != [clip.output[0]] or \
-            not _equals(constants, div.input[1], 6.0):
+            index.scalar(div.input[1]) != 6.0:
         return None
     return variable[0], [add, clip, div]
 
 
 def _other(node: NodeProto, name: str) -> str:
     return node.input[1] if node.input[0] == name else node.input[0]
-
-
-def _equals(constants: dict[str, Any], name: str, value: float) -> bool:
-    """Whether `name` is a one-element float32 initializer holding exactly `value`."""
-    if name not in constants:
-        return False
-    from onnx import numpy_helper
-
-    array = numpy_helper.to_array(constants[name])
-    return array.dtype == numpy.float32 and array.size == 1 and \
-        float(array.reshape(())) == value

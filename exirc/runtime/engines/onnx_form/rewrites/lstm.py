@@ -76,7 +76,7 @@ class _Rewriter(LstmMatcher, RecurrentRewriter):
                   "" if segment.initial_h is None else self.reshaped(segment.initial_h, state),
                   self._initial_c(first.c_prev, state)]
         segment.outputs = [self.fresh("Y"), self.fresh("Y_h"), self.fresh("Y_c")]
-        self.add("LSTM", inputs, segment.outputs, hidden_size=width)
+        self.made.node("LSTM", inputs, segment.outputs, hidden_size=width)
         self.shapes[segment.outputs[0]] = (steps, 1, batch, width)
         self.shapes[segment.outputs[1]] = self.shapes[segment.outputs[2]] = state
 
@@ -89,7 +89,7 @@ class _Rewriter(LstmMatcher, RecurrentRewriter):
     def states_read_elsewhere(self, segment: Segment, read: set[str]) -> None:
         """Give each step's h and the last c that something still reads its value."""
         cells = segment.cells
-        lstm = next(n for n in self.new_nodes if n.output[0] == segment.outputs[0])
+        lstm = next(n for n in self.made.nodes if n.output[0] == segment.outputs[0])
         for slot, name in ((1, cells[-1].h), (2, cells[-1].c)):
             if name in read:
                 if self.shapes[segment.outputs[slot]] == cells[-1].shape:

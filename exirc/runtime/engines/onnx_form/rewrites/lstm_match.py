@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy
 
 from exirc.runtime.engines.onnx_form.rewrites.recurrent import (
-    GraphIndex,
+    CellGraph,
     Shape,
     StepShape,
     segments_of_chains,
@@ -63,7 +63,7 @@ class Segment:
     outputs: list[str] = field(default_factory=lambda: ["", "", ""])  # Y, Y_h, Y_c
 
 
-class LstmMatcher(GraphIndex):
+class LstmMatcher(CellGraph):
     """The graph's nodes and who makes and reads each value; finds the segments."""
 
     # -- matching -------------------------------------------------------------------
@@ -98,7 +98,7 @@ class LstmMatcher(GraphIndex):
         add = self.sole_reader(mul_ig.output[0])
         if add is None or add.op_type != "Add" or len(add.input) != 2:
             return None
-        mul_fc = self.producer.get(add.input[1 - list(add.input).index(mul_ig.output[0])])
+        mul_fc = self.producer(add.input[1 - list(add.input).index(mul_ig.output[0])])
         if mul_fc is None or mul_fc.op_type != "Mul" or \
                 self.sole_reader(mul_fc.output[0]) is not add:
             return None
@@ -107,7 +107,7 @@ class LstmMatcher(GraphIndex):
             return None
         f = values.index(f_names[0])
         c_prev = mul_fc.input[1 - list(mul_fc.input).index(f_names[0])]
-        tanh_c = next((r for r in self.read_by.get(add.output[0], []) if r.op_type == "Tanh"), None)
+        tanh_c = next((r for r in self.readers(add.output[0]) if r.op_type == "Tanh"), None)
         o = ({0, 1, 2, 3} - {g, i, f} or {-1}).pop()
         if tanh_c is None or len({g, i, f, o}) != 4:
             return None
@@ -139,7 +139,7 @@ class LstmMatcher(GraphIndex):
         leaves, stack = [], [cell.gates]
         while stack:
             name = stack.pop()
-            node = self.producer.get(name)
+            node = self.producer(name)
             if node is not None and node.op_type == "Add" and len(node.input) == 2 and \
                     (name == cell.gates or self.sole_reader(name) is not None):
                 cell.body.append(node)
@@ -159,13 +159,14 @@ class LstmMatcher(GraphIndex):
                 rows = rows + array
         if any(prod(self.shapes[name]) != prod(gate_shape) for name in variables):
             return False
-        matmuls = [name for name in variables if self._recurrent(cell, name) is not None]
-        linked = [name for name in matmuls
-                  if self.producer[name].input[0] in cells_by_h]
+        matmuls = {name: node for name in variables
+                   if (node := self.producer(name)) is not None and
+                   self._recurrent(cell, name) is not None}
+        linked = [name for name, node in matmuls.items() if node.input[0] in cells_by_h]
         if linked:
             recurrent = linked[0]
         elif len(variables) == 2 and len(matmuls) == 1:
-            recurrent = matmuls[0]
+            recurrent = next(iter(matmuls))
         else:
             recurrent = None
         others = [name for name in variables if name != recurrent]
@@ -173,7 +174,7 @@ class LstmMatcher(GraphIndex):
             return False
         cell.x, cell.rows = others[0], rows.reshape(cell.batch, 4 * cell.width)
         if recurrent is not None:
-            cell.recurrent = self.producer[recurrent]
+            cell.recurrent = matmuls[recurrent]
             cell.h_prev = cell.recurrent.input[0]
             cell.weight = self._recurrent(cell, recurrent)
             cell.body.append(cell.recurrent)
@@ -182,7 +183,7 @@ class LstmMatcher(GraphIndex):
     def _recurrent(self, cell: Cell, name: str) -> numpy.ndarray | None:
         """The weight [H, 4H] if `name` is a MatMul of an [..., B, H] value by one
         (and read only by the gates' Adds), else None."""
-        node = self.producer.get(name)
+        node = self.producer(name)
         if node is None or node.op_type != "MatMul" or self.sole_reader(name) is None:
             return None
         weight = self.constant(node.input[1])
@@ -227,7 +228,7 @@ class LstmMatcher(GraphIndex):
             last = cells[-1]
             # c may be read by its own tanh and the next step's f * c alone
             if any(r is not last.body[_TANH_C] and r is not cell.body[_MUL_FC]
-                   for r in self.read_by[last.c]) \
+                   for r in self.readers(last.c)) \
                     or last.c in self.outputs or cell.shape != first.shape or \
                     cell.order != first.order or cell.weight is None or cell.rows is None or \
                     not numpy.array_equal(cell.weight, weight) or \

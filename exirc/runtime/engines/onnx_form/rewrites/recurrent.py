@@ -1,5 +1,5 @@
 """What rewriting unrolled recurrent cells into one ONNX recurrent node needs,
-whatever the cell: an index of the graph (who makes and reads each value), new
+whatever the cell: the graph's index with its values' shapes (`CellGraph`), new
 nodes and constants, the steps' inputs joined into the node's X, Concats of
 all the steps' h made Reshapes of Y, and the graph written back in a
 topological order without dead nodes.
@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy
 
-from exirc.runtime.engines.onnx_form.rewrites.reshapes import inferred_shapes
+from exirc.runtime.engines.onnx_form.graph_index import GraphIndex, Shape, static_shapes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
-
-Shape = tuple[int, ...]
 
 
 class StepShape:
@@ -64,64 +62,19 @@ class SegmentLike(Protocol):
     def cells(self) -> Sequence[StepLike]: ...
 
 
-class GraphIndex:
-    """The graph's nodes, constants and who makes and reads each value."""
+class CellGraph(GraphIndex["NodeProto"]):
+    """The graph's index (who makes and reads each value, its constants) and the
+    shapes inference gave its values: what the cell matchers read."""
 
     def __init__(self, model: ModelProto, shapes: dict[str, Shape]) -> None:
-        import onnx
-
-        self.onnx = onnx
-        self.graph = model.graph
+        super().__init__(model.graph, model.graph.node, tag="rnn")
         self.shapes = shapes
-        self.nodes = list(self.graph.node)
-        self.initializers = {t.name: t for t in self.graph.initializer}
-        self.outputs = {o.name for o in self.graph.output}
-        self.producer: dict[str, NodeProto] = {}
-        self.read_by: dict[str, list[NodeProto]] = {}
-        for node in self.nodes:
-            for name in node.input:
-                self.read_by.setdefault(name, []).append(node)
-            for name in node.output:
-                self.producer[name] = node
-
-    def sole_reader(self, name: str) -> NodeProto | None:
-        """The one node reading `name` (in one slot), unless it is a graph output."""
-        readers = self.read_by.get(name, [])
-        return readers[0] if len(readers) == 1 and name not in self.outputs else None
-
-    def constant(self, name: str) -> numpy.ndarray | None:
-        tensor = self.initializers.get(name)
-        return None if tensor is None else self.onnx.numpy_helper.to_array(tensor)
 
 
-class RecurrentRewriter(GraphIndex):
-    """New nodes and constants replacing matched segments, and the graph rewritten.
-    Subclasses say what node a segment becomes (`emit`) and how states still read
-    elsewhere are given their values (`states_read_elsewhere`)."""
-
-    def __init__(self, model: ModelProto, shapes: dict[str, Shape]) -> None:
-        super().__init__(model, shapes)
-        self.names = set(self.producer) | set(self.read_by) | set(self.initializers)
-        self.new_nodes: list[Any] = []
-        self.new_initializers: list[Any] = []
-        self._counter = 0
-
-    def fresh(self, stem: str) -> str:
-        while True:
-            self._counter += 1
-            name = f"{stem}_rnn{self._counter}"
-            if name not in self.names:
-                self.names.add(name)
-                return name
-
-    def add_constant(self, stem: str, array: numpy.ndarray) -> str:
-        name = self.fresh(stem)
-        self.new_initializers.append(self.onnx.numpy_helper.from_array(array, name))
-        return name
-
-    def add(self, op_type: str, inputs: list[str], outputs: list[str], **attributes: Any) -> str:
-        self.new_nodes.append(self.onnx.helper.make_node(op_type, inputs, outputs, **attributes))
-        return outputs[0]
+class RecurrentRewriter(CellGraph):
+    """New nodes and constants replacing matched segments (`made`), and the graph
+    rewritten. Subclasses say what node a segment becomes (`emit`) and how states
+    still read elsewhere are given their values (`states_read_elsewhere`)."""
 
     def reshaped(self, name: str, shape: Shape, target: str | None = None) -> str:
         """`name` as `shape` (a Reshape, or a reshaped constant; itself if it is one)."""
@@ -131,7 +84,7 @@ class RecurrentRewriter(GraphIndex):
         if array is not None and target is None:
             return self.add_constant("state", array.reshape(shape))
         shape_name = self.add_constant("shape", numpy.asarray(shape, dtype=numpy.int64))
-        return self.add("Reshape", [name, shape_name], [target or self.fresh("reshape")])
+        return self.made.node("Reshape", [name, shape_name], [target or self.fresh("reshape")])
 
     def emit(self, segment: Any) -> None:
         raise NotImplementedError
@@ -149,21 +102,14 @@ class RecurrentRewriter(GraphIndex):
         for segment in segments:
             removed |= self.concats_as_reshapes(segment)
         kept = [node for node in self.nodes if id(node) not in removed]
-        read = {name for node in (*kept, *self.new_nodes) for name in node.input} | self.outputs
+        read = {name for node in (*kept, *self.made.nodes) for name in node.input} | self.outputs
         for segment in segments:
-            self.states_read_elsewhere(segment, read)
-        nodes = live(topological(kept + self.new_nodes, self.graph, self.new_initializers),
+            self.states_read_elsewhere(segment, read)  # (may make more nodes)
+        nodes = live(topological(kept + self.made.nodes, self.graph, self.made.initializers),
                      self.outputs)
         if nodes is None:
             return False
-        self.graph.node.clear()
-        self.graph.node.extend(nodes)
-        self.graph.initializer.extend(self.new_initializers)
-        read = {name for node in nodes for name in node.input}
-        kept_initializers = [t for t in self.graph.initializer if t.name in read]
-        del self.graph.initializer[:]
-        self.graph.initializer.extend(kept_initializers)
-        del self.graph.value_info[:]
+        self.write_back(nodes)
         return True
 
     def sequence(self, segment: SegmentLike, features: int) -> str:
@@ -173,17 +119,19 @@ class RecurrentRewriter(GraphIndex):
         shape = (len(steps), steps[0].batch, features)
         sources = []
         for step in steps:
-            node = self.producer.get(step.x)
+            node = self.producer(step.x)
             sources.append(node.input[0] if node is not None and node.op_type == "Reshape"
                            else step.x)
-        split = self.producer.get(sources[0])
+        split = self.producer(sources[0])
         if split is not None and split.op_type == "Split" and list(split.output) == sources and \
                 axis_of(split) == 0 and \
                 self.shapes.get(split.input[0], (0,))[0] == len(sources) and \
                 prod(self.shapes[split.input[0]]) == prod(shape):
             return self.reshaped(split.input[0], shape)
         parts = [self.reshaped(step.x, (1, *shape[1:])) for step in steps]
-        return self.add("Concat", parts, [self.fresh("X")], axis=0) if len(parts) > 1 else parts[0]
+        if len(parts) == 1:
+            return parts[0]
+        return self.made.node("Concat", parts, [self.fresh("X")], axis=0)
 
     def concats_as_reshapes(self, segment: SegmentLike) -> set[int]:
         """Concats of all the segment's h, in order or in reverse (a bidirectional
@@ -210,7 +158,7 @@ class RecurrentRewriter(GraphIndex):
         """`target` (of `shape`) = Y [T, 1, B, H] at `step` (a Gather giving `state`)."""
         index = self.add_constant("step", numpy.asarray(step, dtype=numpy.int64))
         one = target if state == shape else self.fresh("h")
-        self.add("Gather", [y, index], [one], axis=0)
+        self.made.node("Gather", [y, index], [one], axis=0)
         if one != target:
             self.shapes[one] = state
             self.reshaped(one, shape, target)
@@ -220,18 +168,18 @@ class RecurrentRewriter(GraphIndex):
         bounds = {"start": -1, "end": numpy.iinfo(numpy.int64).min, "axis": 0, "step": -1}
         constants = [self.add_constant(stem, numpy.asarray([value], numpy.int64))
                      for stem, value in bounds.items()]
-        reversed_y = self.add("Slice", [y, *constants], [self.fresh("Y_backwards")])
+        reversed_y = self.made.node("Slice", [y, *constants], [self.fresh("Y_backwards")])
         self.shapes[reversed_y] = self.shapes[y]
         return reversed_y
 
-    def _concatenated(self, node: Any, axis: int) -> list[str]:
+    def _concatenated(self, node: NodeProto, axis: int) -> list[str]:
         """What `node` (a Concat along `axis`) joins, through Concats along the same
         axis whose result only it reads."""
         parts = []
         for name in node.input:
-            inner = self.producer.get(name)
+            inner = self.producer(name)
             if inner is not None and inner.op_type == "Concat" and axis_of(inner) == axis and \
-                    len(self.read_by.get(name, [])) == 1 and name not in self.outputs:
+                    self.sole_reader(name) is not None:
                 parts += self._concatenated(inner, axis)
             else:
                 parts.append(name)
@@ -239,21 +187,12 @@ class RecurrentRewriter(GraphIndex):
 
 
 def shapes_if_any(model: ModelProto, needed: set[str]) -> dict[str, Shape] | None:
-    """The inferred shapes of `model` if it has every op type in `needed` (a cell
-    needs them all), no subgraphs (readers inside them would not be counted) and
-    shapes inference can tell; else None (and no time spent inferring)."""
-    import onnx
-
-    graph = model.graph
-    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for node in graph.node for attribute in node.attribute):
+    """The static shapes of `model` if it has every op type in `needed` (a cell
+    needs them all) and they can be told (`static_shapes`); else None (and no time
+    spent inferring)."""
+    if not needed <= {node.op_type for node in model.graph.node}:
         return None
-    if not needed <= {node.op_type for node in graph.node}:
-        return None
-    try:
-        return inferred_shapes(model)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-        return None
+    return static_shapes(model)
 
 
 def segments_of_chains(cells: Sequence[Any], successors: dict[int, list[Any]],

@@ -29,12 +29,11 @@ adds outside its reset gate's product, where torch adds b_ih.
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy
 
-from exirc.runtime.engines.onnx_form.rewrites.reshapes import inferred_shapes
+from exirc.runtime.engines.onnx_form.graph_index import GraphIndex, Shape, static_shapes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -49,98 +48,83 @@ input projection is outside it)."""
 def fold_recurrent_input_projections(model: ModelProto) -> int:
     """Fold each foldable LSTM or GRU input projection of `model` (module docstring) into
     its node, in place; how many were folded."""
-    import onnx
-
     graph = model.graph
     if not any(node.op_type in _PLAIN_ATTRIBUTES for node in graph.node):
         return 0
-    try:
-        shapes = inferred_shapes(model)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+    shapes = static_shapes(model)
+    if shapes is None:
         return 0
-    constants = {t.name: t for t in graph.initializer}
-    producer = {name: node for node in graph.node for name in node.output}
-    readers = Counter(name for node in graph.node for name in node.input)
-    readers.update(output.name for output in graph.output)
+    # Indexed once: a fold rewires only its own node, X and the Slice reversing it.
+    index = GraphIndex(graph, graph.node, tag="folded")
     gone: set[int] = set()
     folded = 0
     for lstm in [node for node in graph.node if node.op_type in _PLAIN_ATTRIBUTES]:
-        plan = _fold(lstm, producer, readers, constants, shapes)
+        plan = _fold(lstm, index, shapes)
         if plan is None:
             continue
         x, weight, bias, removed, backwards = plan
         if backwards is not None:  # the Slice now reverses x itself
             backwards.input[0] = x
-            backwards.output[0] = x = _fresh(graph, x + "_backwards")
-        w_name = _fresh(graph, lstm.input[1] + "_folded")
-        graph.initializer.append(onnx.numpy_helper.from_array(weight, w_name))
-        b_name = _fresh(graph, lstm.input[1] + "_bias_folded")
-        graph.initializer.append(onnx.numpy_helper.from_array(bias, b_name))
+            backwards.output[0] = x = index.fresh(x + "_backwards")
         inputs = list(lstm.input) + [""] * (4 - len(lstm.input))
-        inputs[0], inputs[1], inputs[3] = x, w_name, b_name
+        inputs[0], inputs[1], inputs[3] = (x, index.add_constant(lstm.input[1], weight),
+                                           index.add_constant(lstm.input[1] + "_bias", bias))
         del lstm.input[:]
         lstm.input.extend(inputs)
         gone |= {id(node) for node in removed}
         folded += 1
     if folded:
-        kept = [node for node in graph.node if id(node) not in gone]
-        del graph.node[:]
-        graph.node.extend(kept)
-        read = {name for node in kept for name in node.input}
-        for tensor in [t for t in graph.initializer if t.name not in read]:
-            graph.initializer.remove(tensor)
+        index.write_back(node for node in graph.node if id(node) not in gone)
     return folded
 
 
-def _fold(lstm: NodeProto, producer: dict[str, NodeProto], readers: Counter[str],
-          constants: dict[str, Any], shapes: dict[str, tuple[int, ...]]
+def _fold(lstm: NodeProto, index: GraphIndex[NodeProto], shapes: dict[str, Shape]
           ) -> tuple[str, numpy.ndarray, numpy.ndarray, list[NodeProto], NodeProto | None
                      ] | None:
     """(x, the new W, the new B, the nodes no longer needed, the Slice reversing X
     if one does) for one LSTM or GRU node, or None if its projection does not fold
     exactly as the module docstring says."""
-    from onnx import numpy_helper
-
     inputs = list(lstm.input)
     if {a.name for a in lstm.attribute} - _PLAIN_ATTRIBUTES[lstm.op_type] or \
             any(inputs[4:5]) or \
-            len(inputs) > 7 or readers[inputs[0]] != 1:
+            len(inputs) > 7 or index.sole_reader(inputs[0]) is None:
         return None  # sequence lengths, peepholes, options, or X read elsewhere
-    permutation = _permutation(constants.get(inputs[1]))
+    permutation = _permutation(index.constant(inputs[1]))
     gate_bias = inputs[3] if len(inputs) > 3 else ""
-    if permutation is None or (gate_bias and gate_bias not in constants):
+    found_biases = index.constant(gate_bias) if gate_bias else None
+    if permutation is None or (gate_bias and found_biases is None):
         return None
     gates = len(permutation)  # 4H
-    biases = numpy.zeros(2 * gates, numpy.float32) if not gate_bias else \
-        numpy_helper.to_array(constants[gate_bias]).astype(numpy.float32).reshape(2 * gates)
+    biases = numpy.zeros(2 * gates, numpy.float32) if found_biases is None else \
+        found_biases.astype(numpy.float32).reshape(2 * gates)
     removed: list[NodeProto] = []
-    node = producer.get(inputs[0])
-    backwards = node if node is not None and _reverses_time(node, constants, shapes) else None
+    node = index.producer(inputs[0])
+    backwards = node if node is not None and _reverses_time(node, index, shapes) else None
     if backwards is not None:
-        if readers[backwards.input[0]] != 1:
+        if index.sole_reader(backwards.input[0]) is None:
             return None
-        node = producer.get(backwards.input[0])
+        node = index.producer(backwards.input[0])
     bias = numpy.zeros(gates, numpy.float32)
     if node is not None and node.op_type == "Add":
-        variable = [name for name in node.input if name not in constants]
-        fixed = [name for name in node.input if name in constants]
+        variable = [name for name in node.input if index.constant(name) is None]
+        fixed = [found for name in node.input if (found := index.constant(name)) is not None]
         if len(variable) != 1 or len(fixed) != 1:
             return None
-        found = numpy_helper.to_array(constants[fixed[0]])
+        (found,) = fixed
         if found.dtype != numpy.float32 or found.ndim > 3 or found.shape[-1:] != (gates,) or \
                 found.size != gates:
             return None  # not one bias row broadcast over steps and batch
         bias = found.reshape(gates)
         removed.append(node)
-        node = producer.get(variable[0])
-        if readers[variable[0]] != 1:
+        node = index.producer(variable[0])
+        if index.sole_reader(variable[0]) is None:
             return None
-    if node is None or node.op_type != "MatMul" or node.input[1] not in constants or \
-            node.input[0] in constants:
+    projection = None if node is None or node.op_type != "MatMul" else \
+        index.constant(node.input[1])
+    if node is None or projection is None or index.constant(node.input[0]) is not None:
         return None
     removed.append(node)
     x = node.input[0]
-    projection = numpy_helper.to_array(constants[node.input[1]])
     x_shape = shapes.get(x)
     if x_shape is None or len(x_shape) != 3 or projection.dtype != numpy.float32 or \
             shapes.get(inputs[0]) != (*x_shape[:2], gates):
@@ -157,31 +141,28 @@ def _fold(lstm: NodeProto, producer: dict[str, NodeProto], readers: Counter[str]
     return x, weight, biases[None], removed, backwards
 
 
-def _reverses_time(node: NodeProto, constants: dict[str, Any],
-                   shapes: dict[str, tuple[int, ...]]) -> bool:
+def _reverses_time(node: NodeProto, index: GraphIndex[NodeProto],
+                   shapes: dict[str, Shape]) -> bool:
     """Whether `node` is a Slice reversing a [T, ...] tensor whole along axis 0
     (start -1, step -1, an end at or before -T - 1, no other axis)."""
-    from onnx import numpy_helper
-
-    if node.op_type != "Slice" or len(node.input) != 5 or \
-            not all(name in constants for name in node.input[1:]):
+    if node.op_type != "Slice" or len(node.input) != 5:
+        return False
+    bounds = [index.constant(name) for name in node.input[1:]]
+    if any(bound is None for bound in bounds):
         return False
     shape = shapes.get(node.input[0])
-    start, end, axis, step = (numpy_helper.to_array(constants[name]).reshape(-1).tolist()
-                              for name in node.input[1:])
+    start, end, axis, step = (bound.reshape(-1).tolist() for bound in bounds
+                              if bound is not None)
     return shape is not None and len(start) == len(end) == len(axis) == len(step) == 1 and \
         start[0] == -1 and step[0] == -1 and axis[0] in (0, -len(shape)) and \
         end[0] <= -shape[0] - 1
 
 
-def _permutation(tensor: Any) -> numpy.ndarray | None:
+def _permutation(array: numpy.ndarray | None) -> numpy.ndarray | None:
     """For a constant W of shape [1, n, n] holding exactly one 1 per row and per
     column and zeros elsewhere, the column of each row's 1; else None."""
-    if tensor is None:
+    if array is None:
         return None
-    from onnx import numpy_helper
-
-    array = numpy_helper.to_array(tensor)
     if array.dtype != numpy.float32 or array.ndim != 3 or array.shape[0] != 1 or \
             array.shape[1] != array.shape[2]:
         return None
@@ -190,13 +171,3 @@ def _permutation(tensor: Any) -> numpy.ndarray | None:
             not numpy.all(matrix.sum(axis=0) == 1) or not numpy.all(matrix.sum(axis=1) == 1):
         return None
     return numpy.argmax(matrix, axis=1)
-
-
-def _fresh(graph: Any, stem: str) -> str:
-    taken = {t.name for t in graph.initializer} | \
-        {name for node in graph.node for name in (*node.input, *node.output)}
-    name, count = stem, 0
-    while name in taken:
-        count += 1
-        name = f"{stem}_{count}"
-    return name

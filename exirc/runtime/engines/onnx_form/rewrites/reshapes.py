@@ -32,17 +32,22 @@ without changing any arithmetic, so the results are exactly the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 from typing import TYPE_CHECKING
 
 import numpy
 
+from exirc.runtime.engines.onnx_form.graph_index import (
+    GraphIndex,
+    Shape,
+    static_shapes,
+    until_fixed_point,
+)
 from exirc.runtime.engines.onnx_form.rewrites.batched_matmul import matmul_on_batch_dims
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
-
-Shape = tuple[int, ...]
 
 UNARY = frozenset({"Abs", "Ceil", "Celu", "Clip", "Cos", "Elu", "Erf", "Exp", "Floor", "Gelu",
                    "HardSigmoid", "HardSwish", "Identity", "LeakyRelu", "Log", "Neg",
@@ -67,53 +72,14 @@ def simplify_reshapes(model: ModelProto) -> int:
     docstring); how many rewrites it made. Takes and returns a static-shape ONNX
     model without subgraphs; one whose shapes cannot be inferred exactly is left
     as it is."""
-    import onnx
-
-    graph = model.graph
-    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for node in graph.node for attribute in node.attribute):
-        return 0  # readers inside subgraphs are not counted below
-    try:
-        shapes = inferred_shapes(model)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+    shapes = static_shapes(model)
+    if shapes is None:
         return 0  # shapes we cannot be sure of: nothing is rewritten
     rewriter = _Rewriter(model, shapes)
     # Each rewrite removes a Reshape or moves a norm above one: this many always end it.
-    steps = 0
-    for _ in range(4 * len(graph.node) + 1):
-        if not rewriter.step():
-            break
-        steps += 1
+    steps = until_fixed_point(rewriter.step, 4 * len(model.graph.node) + 1)
     rewriter.finish()
     return steps
-
-
-def inferred_shapes(model: ModelProto) -> dict[str, Shape]:
-    """Every value's exact static shape (values with unknown or symbolic dims left out).
-
-    Inference runs on a shell of the model whose weights are declared as inputs,
-    so that the weights are not copied; int64 initializers (shapes, sizes) stay,
-    inference reads their values."""
-    import onnx
-
-    graph = model.graph
-    kept = [t for t in graph.initializer if t.data_type == onnx.TensorProto.INT64]
-    declared = [onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                for t in graph.initializer if t.data_type != onnx.TensorProto.INT64]
-    shell = onnx.helper.make_graph(graph.node, graph.name, [*graph.input, *declared],
-                                   graph.output, kept)
-    shell_model = onnx.helper.make_model(shell, opset_imports=model.opset_import)
-    shell_model.ir_version = model.ir_version
-    inferred = onnx.shape_inference.infer_shapes(shell_model, strict_mode=True).graph
-    shapes: dict[str, Shape] = {}
-    for info in [*inferred.value_info, *inferred.input, *inferred.output]:
-        tensor = info.type.tensor_type
-        if tensor.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0
-                                            for d in tensor.shape.dim):
-            shapes[info.name] = tuple(d.dim_value for d in tensor.shape.dim)
-    for initializer in kept:
-        shapes[initializer.name] = tuple(initializer.dims)
-    return shapes
 
 
 class _Node:
@@ -127,58 +93,21 @@ class _Node:
         self.output: list[str] = list(proto.output)
 
 
-class _Rewriter:
+class _Rewriter(GraphIndex[_Node]):
     """The graph's nodes with who reads and makes each value; one rewrite a `step`."""
 
     def __init__(self, model: ModelProto, shapes: dict[str, Shape]) -> None:
         import onnx
 
+        super().__init__(model.graph, [_Node(proto) for proto in model.graph.node], tag="rs")
         self.onnx = onnx
-        self.graph = model.graph
         self.shapes = shapes
-        self.nodes = [_Node(proto) for proto in self.graph.node]
-        self.initializers = {t.name: t for t in self.graph.initializer}
-        self.outputs = {o.name for o in self.graph.output}
-        self.names = {n for node in self.nodes for n in (*node.input, *node.output)}
-        self.names |= set(self.initializers) | {i.name for i in self.graph.input}
-        self._counter = 0
-        self._scalars: dict[str, str] = {}  # a one-element constant -> its rank-0 copy
+        self._scalars_of: dict[str, str] = {}  # a one-element constant -> its rank-0 copy
 
     # -- bookkeeping -----------------------------------------------------------
 
-    def _index(self) -> None:
-        # A node reading a value twice is in its list twice: one entry an input slot.
-        self.read_by: dict[str, list[_Node]] = {}
-        self.producer: dict[str, _Node] = {}
-        for node in self.nodes:
-            for name in node.input:
-                self.read_by.setdefault(name, []).append(node)
-            for name in node.output:
-                self.producer[name] = node
-
-    def _only_reader(self, name: str) -> bool:
-        """Whether `name` has one reader (one input slot) and is not a graph output."""
-        return len(self.read_by.get(name, ())) == 1 and name not in self.outputs
-
-    def _made_by(self, name: str, op_type: str) -> _Node | None:
-        node = self.producer.get(name)
-        return node if node is not None and node.op_type == op_type else None
-
-    def _fresh(self, stem: str) -> str:
-        while True:
-            self._counter += 1
-            name = f"{stem}_rs{self._counter}"
-            if name not in self.names:
-                self.names.add(name)
-                return name
-
-    def _constant(self, name: str) -> numpy.ndarray | None:
-        tensor = self.initializers.get(name)
-        return None if tensor is None else self.onnx.numpy_helper.to_array(tensor)
-
     def _new_constant(self, stem: str, array: numpy.ndarray) -> str:
-        name = self._fresh(stem)
-        self.initializers[name] = self.onnx.numpy_helper.from_array(array, name)
+        name = self.add_constant(stem, array)
         self.shapes[name] = tuple(array.shape)
         return name
 
@@ -197,7 +126,7 @@ class _Rewriter:
 
     def step(self) -> bool:
         """Apply one rewrite somewhere; False when none applies any more."""
-        self._index()
+        self.refresh()
         for node in self.nodes:
             if not self._plain_reshape(node):
                 continue
@@ -209,8 +138,8 @@ class _Rewriter:
     def _merge(self, second: _Node) -> bool:
         """Rule 1: Reshape(Reshape(x)) -> Reshape(x) when the middle value has no
         other reader."""
-        first = self._made_by(second.input[0], "Reshape")
-        if first is None or not self._only_reader(second.input[0]) or \
+        first = self.made_by(second.input[0], "Reshape")
+        if first is None or self.sole_reader(second.input[0]) is None or \
                 first.input[0] not in self.shapes:
             return False
         self._reshape_to(second, first.input[0], self.shapes[second.output[0]])
@@ -221,9 +150,9 @@ class _Rewriter:
         """Rule 2: a Reshape to its input's own shape is gone (not a graph output)."""
         source, target = node.input[0], node.output[0]
         if self.shapes[source] != self.shapes[target] or target in self.outputs or \
-                self._fuses(self.producer.get(source), self.read_by.get(target, [])):
+                self._fuses(self.producer(source), self.readers(target)):
             return False
-        for reader in self.read_by.get(target, []):
+        for reader in self.readers(target):
             for i, name in enumerate(reader.input):
                 if name == target:
                     reader.input[i] = source
@@ -234,14 +163,13 @@ class _Rewriter:
         """Rule 3: Reshape(x: S -> T) -> LayerNormalization -> Reshape becomes the
         norm on x (same groups of elements), then one Reshape."""
         norm_input = reshape.output[0]
-        if not self._only_reader(norm_input):
-            return False
-        (norm,) = self.read_by[norm_input]
-        if norm.op_type != "LayerNormalization" or norm.input[0] != norm_input or \
-                len(norm.output) != 1:
+        norm = self.sole_reader(norm_input)
+        if norm is None or norm.op_type != "LayerNormalization" or \
+                norm.input[0] != norm_input or len(norm.output) != 1:
             return False
         (normed,) = norm.output
-        if not self._only_reader(normed) or self.read_by[normed][0].op_type != "Reshape":
+        after = self.sole_reader(normed)
+        if after is None or after.op_type != "Reshape":
             return False
         if self._would_fuse_with_its_add(reshape.input[0]):
             return False
@@ -251,7 +179,7 @@ class _Rewriter:
         axis = next((a.i for a in norm.proto.attribute if a.name == "axis"), -1) % len(target)
         groups = prod(target[:axis])
         axes = [j for j in range(len(source)) if prod(source[:j]) == groups]
-        weights = [self._constant(name) for name in norm.input[1:] if name]
+        weights = [self.constant(name) for name in norm.input[1:] if name]
         if not axes or any(w is None or tuple(w.shape) != target[axis:] for w in weights):
             return False
         new_axis = axes[-1]
@@ -265,7 +193,7 @@ class _Rewriter:
         if not any(a.name == "axis" for a in norm.proto.attribute):
             norm.proto.attribute.append(self.onnx.helper.make_attribute("axis", new_axis))
         norm.input[0] = reshape.input[0]
-        norm.output[0] = self._fresh(normed)
+        norm.output[0] = self.fresh(normed)
         self.shapes[norm.output[0]] = source
         # The Reshape moves below the norm, where rule 1 meets the one after it.
         self._reshape_to(reshape, norm.output[0], target)
@@ -280,8 +208,8 @@ class _Rewriter:
         else. Its fused kernel sums and normalises in another order (results differ
         in the last bits) and ran slower here (bert: 60 -> 65 us), so the norm stays
         behind its Reshape; unknown shapes count as fusing."""
-        add = self._made_by(value, "Add")
-        if add is None or not self._only_reader(value):
+        add = self.made_by(value, "Add")
+        if add is None or self.sole_reader(value) is None:
             return False
         shapes = [self.shapes.get(name) for name in add.input]
         return None in shapes or (shapes[0] == shapes[1] and len(shapes[0] or ()) == 3)
@@ -293,22 +221,22 @@ class _Rewriter:
         (`_fuses`); else the first moves below it."""
         chain: list[_Node] = []  # from the last node up
         value = last.input[0]
-        while self._only_reader(value):
-            node = self.producer.get(value)
+        while self.sole_reader(value) is not None:
+            node = self.producer(value)
             if node is None or (variable := self._elementwise_operand(node)) is None:
                 break
             chain.append(node)
             value = variable
-        first = self._made_by(value, "Reshape")
-        if not chain or first is None or not self._only_reader(value):
+        first = self.made_by(value, "Reshape")
+        if not chain or first is None or self.sole_reader(value) is None:
             return False
         source, target = first.input[0], last.output[0]
-        if not self._fuses(chain[0], self.read_by.get(target, [])):
+        if not self._fuses(chain[0], self.readers(target)):
             shape = self.shapes[target]  # the chain runs on the final shape
             self._reshape_to(first, source, shape)
             chain[0].output[0] = target
             self.nodes.remove(last)
-        elif not self._fuses(self.producer.get(source), [chain[-1]]):
+        elif not self._fuses(self.producer(source), [chain[-1]]):
             shape = self.shapes[source]  # the chain runs on the first one's input
             chain[-1].input[chain[-1].input.index(value)] = source
             self._reshape_to(last, last.input[0], self.shapes[target])
@@ -321,7 +249,7 @@ class _Rewriter:
         return True
 
     @staticmethod
-    def _fuses(producer: _Node | None, readers: list[_Node]) -> bool:
+    def _fuses(producer: _Node | None, readers: Sequence[_Node]) -> bool:
         """Whether onnxruntime's optimizer would fuse `producer` with one of `readers`
         into a kernel with other arithmetic if no Reshape stood between them."""
         fusing = FUSES_WITH.get(producer.op_type, frozenset()) if producer else frozenset()
@@ -335,15 +263,15 @@ class _Rewriter:
         if node.op_type in UNARY:
             variable, others = node.input[0], node.input[1:]
         elif node.op_type in BINARY and len(node.input) == 2:
-            constants = [name for name in node.input if name in self.initializers]
+            constants = [name for name in node.input if self.initializer(name) is not None]
             if len(constants) != 1:
                 return None
             (variable,) = [name for name in node.input if name not in constants]
             others = constants
         else:
             return None
-        if any(name and (name not in self.initializers or
-                         prod(self.initializers[name].dims) != 1) for name in others):
+        if any(name and ((tensor := self.initializer(name)) is None or prod(tensor.dims) != 1)
+               for name in others):
             return None
         return variable if self.shapes.get(variable) == self.shapes[node.output[0]] else None
 
@@ -352,22 +280,17 @@ class _Rewriter:
         copy, so that broadcasting it does not grow the moved node's output."""
         for node in chain:
             for slot, name in enumerate(node.input):
-                if node.op_type in BINARY and name in self.initializers and \
-                        len(self.initializers[name].dims) > rank:
-                    if name not in self._scalars:
-                        array = self._constant(name)
+                tensor = self.initializer(name)
+                if node.op_type in BINARY and tensor is not None and len(tensor.dims) > rank:
+                    if name not in self._scalars_of:
+                        array = self.constant(name)
                         assert array is not None
-                        self._scalars[name] = self._new_constant("scalar", array.reshape(()))
-                    node.input[slot] = self._scalars[name]
+                        self._scalars_of[name] = self._new_constant("scalar", array.reshape(()))
+                    node.input[slot] = self._scalars_of[name]
 
     def finish(self) -> None:
         """Write the nodes back; drop initializers nothing reads any more."""
-        read = {name for node in self.nodes for name in node.input}
-        del self.graph.value_info[:]  # shapes in the middle may have changed
         for node in self.nodes:
             node.proto.input[:] = node.input
             node.proto.output[:] = node.output
-        del self.graph.node[:]
-        self.graph.node.extend(node.proto for node in self.nodes)
-        del self.graph.initializer[:]
-        self.graph.initializer.extend(t for name, t in self.initializers.items() if name in read)
+        self.write_back(node.proto for node in self.nodes)

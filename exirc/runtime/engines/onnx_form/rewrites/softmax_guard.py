@@ -25,8 +25,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from exirc.runtime.engines.onnx_form.graph_index import (
+    GraphIndex,
+    has_subgraphs,
+    until_fixed_point,
+)
+
 if TYPE_CHECKING:
-    from onnx import GraphProto, ModelProto, NodeProto
+    from onnx import ModelProto, NodeProto
 
 BOOL_MAKERS = frozenset({"Not", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual", "Greater",
                          "GreaterOrEqual", "IsNaN", "IsInf"})
@@ -39,48 +45,33 @@ def simplify_bool_reductions(model: ModelProto) -> int:
     """Rewrite `model`'s graph in place (rules in the module docstring); how many
     rewrites it made. Takes and returns an ONNX model (opset 18+) without
     subgraphs; the graph is replaced only at the end, so an error leaves it as it was."""
-    import onnx
-
     graph = model.graph
     if not {"ReduceMax", "ReduceMin"} & {node.op_type for node in graph.node}:
         return 0
-    if any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for node in graph.node for attribute in node.attribute):
-        return 0  # readers inside subgraphs would not be counted
+    if has_subgraphs(graph):
+        return 0
     if any(o.domain in ("", "ai.onnx") and o.version < 18 for o in model.opset_import):
         return 0  # bool reductions need opset 18's ReduceMax/ReduceMin
     rewriter = _Rewriter(model)
-    steps = 0
-    for _ in range(2 * len(graph.node) + 1):  # each rewrite removes a Not
-        if not rewriter.step():
-            break
-        steps += 1
+    # De Morgan moves a Not below one reduction (each Not passes each reduction at most
+    # once, downstream); the other rules remove Nots.
+    nots = sum(node.op_type == "Not" for node in graph.node)
+    steps = until_fixed_point(rewriter.step, nots * (len(graph.node) + 1))
     if steps:
-        graph.node.clear()
-        graph.node.extend(rewriter.nodes)
+        rewriter.write_back(rewriter.nodes)
     return steps
 
 
-class _Rewriter:
+class _Rewriter(GraphIndex["NodeProto"]):
     """The graph's nodes as a list to rewrite, who makes and who reads each value."""
 
     def __init__(self, model: ModelProto) -> None:
         import onnx
 
+        super().__init__(model.graph, model.graph.node, tag="dual")
         self.onnx = onnx
-        graph: GraphProto = model.graph
-        self.nodes: list[NodeProto] = list(graph.node)
-        self.outputs = {o.name for o in graph.output}
-        self.bool_inputs = {i.name for i in graph.input
+        self.bool_inputs = {i.name for i in model.graph.input
                             if i.type.tensor_type.elem_type == _BOOL}
-        self._index()
-
-    def _index(self) -> None:
-        self.producer = {name: node for node in self.nodes for name in node.output}
-        self.readers: dict[str, list[NodeProto]] = {}
-        for node in self.nodes:
-            for name in node.input:
-                self.readers.setdefault(name, []).append(node)
 
     def step(self) -> bool:
         """Apply one rewrite anywhere; False when none applies."""
@@ -94,15 +85,10 @@ class _Rewriter:
         return False
 
     def only_read_by(self, name: str, reader: NodeProto) -> bool:
-        readers = self.readers.get(name, [])
-        return name not in self.outputs and len(readers) == 1 and readers[0] is reader
-
-    def made_by(self, name: str, op_type: str) -> NodeProto | None:
-        node = self.producer.get(name)
-        return node if node is not None and node.op_type == op_type else None
+        return self.sole_reader(name) is reader
 
     def is_bool(self, name: str) -> bool:
-        node = self.producer.get(name)
+        node = self.producer(name)
         if node is None:
             return name in self.bool_inputs
         if node.op_type == "Cast":
@@ -114,9 +100,8 @@ class _Rewriter:
         """`new` where the last of `old` was (its inputs are made before), `old` gone."""
         gone = {id(node) for node in old}
         at = max(i for i, node in enumerate(self.nodes) if id(node) in gone)
-        self.nodes = [*[n for n in self.nodes[:at] if id(n) not in gone], *new,
-                      *[n for n in self.nodes[at + 1:] if id(n) not in gone]]
-        self._index()
+        self.refresh([*[n for n in self.nodes[:at] if id(n) not in gone], *new,
+                      *[n for n in self.nodes[at + 1:] if id(n) not in gone]])
 
     def node(self, template: NodeProto, op_type: str, inputs: list[str],
              outputs: list[str]) -> NodeProto:
@@ -131,9 +116,7 @@ class _Rewriter:
         if negate is None or not self.only_read_by(negate.output[0], reduce) or \
                 not self.is_bool(negate.input[0]):
             return False
-        dual = reduce.output[0] + "_dual"
-        while dual in self.producer or dual in self.readers:
-            dual += "_"
+        dual = self.fresh(reduce.output[0])
         self.replace([negate, reduce], [
             self.node(reduce, REDUCTIONS[reduce.op_type], [negate.input[0], *reduce.input[1:]],
                       [dual]),
@@ -149,8 +132,7 @@ class _Rewriter:
             return False
         kept = inner.input[0]
         self.replace([inner, outer], [])
-        self.nodes = [self._renamed(node, name, kept) for node in self.nodes]
-        self._index()
+        self.refresh([self._renamed(node, name, kept) for node in self.nodes])
         return True
 
     def _renamed(self, node: NodeProto, old: str, new: str) -> NodeProto:

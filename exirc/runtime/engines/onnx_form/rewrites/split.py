@@ -47,7 +47,7 @@ class SplitPlan:
         if split is not None:
             outputs = [value_name(output) if output is not None else b.fresh("unused")
                        for _, _, output in split.parts]
-            b.add("Split", [b.read(split.source),
+            b.node("Split", [b.read(split.source),
                             b.ints("split", [size for _, size, _ in split.parts])],
                   outputs, axis=split.axis)
             return True
