@@ -125,9 +125,9 @@ _MAX_CONSTANT = 200  # characters of a constant method's value shown
 
 def _render_method(m: dict[str, Any], bold: Style) -> Iterator[str]:
     if m.get("constant") is not None:
-        shown = repr(m["constant"])
-        shown = shown if len(shown) <= _MAX_CONSTANT else shown[:_MAX_CONSTANT] + "..."
-        yield bold(f"method {clean(m['name'])}: ") + f"constant {clean(shown)}"
+        value = repr(m["constant"])
+        value = value if len(value) <= _MAX_CONSTANT else value[:_MAX_CONSTANT] + "..."
+        yield bold(f"method {clean(m['name'])}: ") + f"constant {clean(value)}"
         return
     yield (bold(f"method {clean(m['name'])}: ") +
            f"{plural(m['instruction_count'], 'instruction')} in "
