@@ -51,9 +51,9 @@ from exirc.runtime.engines.onnx_form.chain_ops import (
     ONNX_TYPES,
     Emitter,
     Translator,
-    _broadcast,
-    _same_shape,
-    _scalar_of_kind,
+    broadcast,
+    same_shape,
+    scalar_of_kind,
     to_copy,
 )
 
@@ -68,7 +68,7 @@ def expand_copy(e: Emitter, args: list[int]) -> None:
         shape = tuple(source.expand(sizes).shape)  # torch's rules, on the planned tensor's meta
     except RuntimeError:
         raise NotMapped(f"{tuple(source.shape)} does not expand to {sizes!r}") from None
-    _same_shape(e, out, shape)
+    same_shape(e, out, shape)
     e.node("Expand", [e.name(args[0]), e.array("shape", numpy.asarray(shape, numpy.int64))],
            [e.name(out)])
 
@@ -82,8 +82,8 @@ def _arithmetic_operands(e: Emitter, args: list[int], alpha_at: int | None,
     if scalar:
         if first.dtype not in (*INTEGER_DTYPES, torch.float32) or out.dtype != first.dtype:
             raise NotMapped(f"arithmetic on {first.dtype} into {out.dtype}")
-        _same_shape(e, args[-1], first.shape)
-        return e.name(args[0]), e.array("scalar", _scalar_of_kind(e, first, e.scalar(args[1])))
+        same_shape(e, args[-1], first.shape)
+        return e.name(args[0]), e.array("scalar", scalar_of_kind(e, first, e.scalar(args[1])))
     second = e.tensor(args[1])
     kind = torch.result_type(first, second)  # torch's promotion, 0-d operands' rule included
     castable = {*INTEGER_DTYPES, torch.bool} if kind in INTEGER_DTYPES else \
@@ -91,7 +91,7 @@ def _arithmetic_operands(e: Emitter, args: list[int], alpha_at: int | None,
     if out.dtype != kind or kind not in (*INTEGER_DTYPES, torch.float32) or \
             not {first.dtype, second.dtype} <= castable:
         raise NotMapped(f"{first.dtype} with {second.dtype} into {out.dtype}")
-    _same_shape(e, args[-1], _broadcast(first, second))
+    same_shape(e, args[-1], broadcast(first, second))
     # Operands are cast to the common dtype first, as torch casts them: integers in
     # two's complement, to float32 rounded to nearest (x + an int64 0-d constant).
     names = [e.name(v) if e.tensor(v).dtype == kind else
@@ -115,13 +115,13 @@ def _comparison(op_type: str, scalar: bool) -> Translator:
                 (first.dtype == torch.bool and op_type not in ("Equal", "NotEqual")):
             raise NotMapped(f"a comparison of {first.dtype} into {e.tensor(out).dtype}")
         if scalar:
-            second = e.array("scalar", _scalar_of_kind(e, first, e.scalar(args[1])))
-            _same_shape(e, out, first.shape)
+            second = e.array("scalar", scalar_of_kind(e, first, e.scalar(args[1])))
+            same_shape(e, out, first.shape)
         else:
             if e.tensor(args[1]).dtype != first.dtype:
                 raise NotMapped(f"{first.dtype} with {e.tensor(args[1]).dtype} is promoted")
             second = e.name(args[1])
-            _same_shape(e, out, _broadcast(first, e.tensor(args[1])))
+            same_shape(e, out, broadcast(first, e.tensor(args[1])))
         if op_type == "NotEqual":
             e.node("Not", [e.node("Equal", [e.name(args[0]), second])], [e.name(out)])
         else:
@@ -139,7 +139,7 @@ def cumsum(e: Emitter, args: list[int]) -> None:
             target not in (source.dtype, torch.int64) or dtype is not None or \
             not isinstance(dim, int) or not -dims <= dim < dims:
         raise NotMapped(f"a cumsum of {source.dtype} into {target} over {dim!r}")
-    _same_shape(e, out, source.shape)
+    same_shape(e, out, source.shape)
     values = e.name(args[0])
     if target != source.dtype:  # torch sums in the out's dtype (int64 for any integer or bool)
         values = e.node("Cast", [values], to=ONNX_TYPES[target])
@@ -159,7 +159,7 @@ def arange(e: Emitter, args: list[int]) -> None:
         values = torch.arange(*bounds, out=torch.empty(0, dtype=out.dtype))
     except RuntimeError:
         raise NotMapped(f"arange{tuple(bounds)!r} fails") from None
-    _same_shape(e, args[-1], values.shape)
+    same_shape(e, args[-1], values.shape)
     e.node("Identity", [e.array("arange", values.numpy())], [e.name(args[-1])])
 
 
@@ -175,7 +175,7 @@ def gather(e: Emitter, args: list[int]) -> None:
     axis = dim % rank
     if any(index.shape[d] > source.shape[d] for d in range(rank) if d != axis):
         raise NotMapped("its index spans more of a dim than the source has (torch refuses)")
-    _same_shape(e, out, index.shape)
+    same_shape(e, out, index.shape)
     data = e.name(args[0])
     cut = [d for d in range(rank) if d != axis and index.shape[d] != source.shape[d]]
     if cut:
@@ -197,7 +197,7 @@ def dim_order_copy(e: Emitter, args: list[int]) -> None:
     if source.dtype != out.dtype:
         to_copy(e, args)
         return
-    _same_shape(e, args[-1], source.shape)
+    same_shape(e, args[-1], source.shape)
     e.node("Identity", [e.name(args[0])], [e.name(args[-1])])
 
 
@@ -208,7 +208,7 @@ def _integer_extreme(op_type: str) -> Translator:
         first, second, out = (e.tensor(v) for v in (args[0], args[1], args[-1]))
         if first.dtype not in INTEGER_DTYPES or not first.dtype == second.dtype == out.dtype:
             raise NotMapped(f"a {op_type} of {first.dtype} and {second.dtype}")
-        _same_shape(e, args[-1], _broadcast(first, second))
+        same_shape(e, args[-1], broadcast(first, second))
         e.node(op_type, [e.name(args[0]), e.name(args[1])], [e.name(args[-1])])
     return translate
 
@@ -222,7 +222,7 @@ def pow_scalar(e: Emitter, args: list[int]) -> None:
     if source.dtype != torch.float32 or e.tensor(out).dtype != torch.float32 or \
             isinstance(exponent, bool) or exponent not in (2, 3, -1, -2):
         raise NotMapped(f"x ** {exponent!r} of {source.dtype}")
-    _same_shape(e, out, source.shape)
+    same_shape(e, out, source.shape)
     x, result = e.name(args[0]), e.name(out)
     if exponent == -1:
         e.node("Reciprocal", [x], [result])
@@ -242,7 +242,7 @@ def log_softmax(e: Emitter, args: list[int]) -> None:
             half_to_float is not False or not isinstance(dim, int) or rank == 0 or \
             not -rank <= dim < rank or source.shape[dim] == 0:
         raise NotMapped(f"a log_softmax of {source.dtype} over {dim!r}")
-    _same_shape(e, out, source.shape)
+    same_shape(e, out, source.shape)
     e.node("LogSoftmax", [e.name(args[0])], [e.name(out)], axis=dim % rank)
 
 

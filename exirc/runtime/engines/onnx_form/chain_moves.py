@@ -20,7 +20,7 @@ import numpy
 import torch
 
 from exirc.runtime.engines.onnx_form.builder import NotMapped
-from exirc.runtime.engines.onnx_form.chain_ops import ONNX_TYPES, Emitter, Translator, _same_shape
+from exirc.runtime.engines.onnx_form.chain_ops import ONNX_TYPES, Emitter, Translator, same_shape
 
 
 def meta_result(e: Emitter, op: Any, source: int, *arguments: Any) -> torch.Size:
@@ -47,7 +47,7 @@ def _reshaping(op: Any, scalars: int) -> Translator:
     def translate(e: Emitter, args: list[int]) -> None:
         _same_dtype(e, args[0], args[-1])
         shape = meta_result(e, op, args[0], *(e.scalar(v) for v in args[1:1 + scalars]))
-        _same_shape(e, args[-1], shape)
+        same_shape(e, args[-1], shape)
         e.node("Reshape", [e.name(args[0]), e.array("shape", numpy.asarray(shape, numpy.int64))],
                [e.name(args[-1])])
     return translate
@@ -55,14 +55,14 @@ def _reshaping(op: Any, scalars: int) -> Translator:
 
 def clone(e: Emitter, args: list[int]) -> None:
     _same_dtype(e, args[0], args[-1])  # the out's layout is contiguous: `Emitter.tensor`
-    _same_shape(e, args[-1], e.tensor(args[0]).shape)
+    same_shape(e, args[-1], e.tensor(args[0]).shape)
     e.node("Identity", [e.name(args[0])], [e.name(args[-1])])
 
 
 def permute_copy(e: Emitter, args: list[int]) -> None:
     _same_dtype(e, args[0], args[-1])
     dims = e.scalar(args[1])
-    _same_shape(e, args[-1], meta_result(e, torch.permute, args[0], dims))
+    same_shape(e, args[-1], meta_result(e, torch.permute, args[0], dims))
     rank = e.tensor(args[0]).dim()
     e.node("Transpose", [e.name(args[0])], [e.name(args[-1])], perm=[d % rank for d in dims])
 
@@ -80,7 +80,7 @@ def slice_copy(e: Emitter, args: list[int]) -> None:
     axis = dim % rank
     first, stop, _ = slice(start, end, step).indices(source.shape[axis])
     count = max(0, -(-(stop - first) // step))
-    _same_shape(e, args[-1], (*source.shape[:axis], count, *source.shape[axis + 1:]))
+    same_shape(e, args[-1], (*source.shape[:axis], count, *source.shape[axis + 1:]))
     e.node("Slice", [e.name(args[0]), e.array("starts", numpy.asarray([first], numpy.int64)),
                      e.array("ends", numpy.asarray([first + count * step], numpy.int64)),
                      e.array("axes", numpy.asarray([axis], numpy.int64)),
@@ -97,7 +97,7 @@ def select_copy(e: Emitter, args: list[int]) -> None:
     size = source.shape[dim % rank]
     if not -size <= index < size:
         raise NotMapped(f"index {index} is out of range for a dim of {size} (the kernel raises)")
-    _same_shape(e, args[-1], meta_result(e, torch.select, args[0], dim, index))
+    same_shape(e, args[-1], meta_result(e, torch.select, args[0], dim, index))
     e.node("Gather", [e.name(args[0]), e.array("index", numpy.asarray(index % size,
                                                                      numpy.int64))],
            [e.name(args[-1])], axis=dim % rank)
@@ -111,7 +111,7 @@ def cat(e: Emitter, args: list[int]) -> None:
     parts = [e.tensor(i) for i in items if i is not None]
     if any(t.dtype != out.dtype or t.dim() != out.dim() for t in parts) or out.dim() == 0:
         raise NotMapped("its tensors differ in dtype or rank (torch promotes or skips them)")
-    _same_shape(e, args[-1], _meta_result_of_cat(parts, dim))
+    same_shape(e, args[-1], _meta_result_of_cat(parts, dim))
     e.node("Concat", [_operand(e, i) for i in items if i is not None], [e.name(args[-1])],
            axis=dim % out.dim())
 
@@ -124,7 +124,7 @@ def repeat(e: Emitter, args: list[int]) -> None:
     if not isinstance(repeats, list) or not all(
             isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in repeats):
         raise NotMapped(f"repeats {repeats!r}")
-    _same_shape(e, args[-1], meta_result(e, torch.Tensor.repeat, args[0], repeats))
+    same_shape(e, args[-1], meta_result(e, torch.Tensor.repeat, args[0], repeats))
     name = e.name(args[0])
     if len(repeats) > source.dim():
         padded = [1] * (len(repeats) - source.dim()) + list(source.shape)
@@ -174,7 +174,7 @@ def _fill(e: Emitter, size: Any, value: Any, out_value: int) -> None:
         values = torch.full(size, value, dtype=out.dtype)
     except (RuntimeError, TypeError, OverflowError):
         raise NotMapped(f"torch refuses to fill {out.dtype} with {value!r}") from None
-    _same_shape(e, out_value, values.shape)
+    same_shape(e, out_value, values.shape)
     e.node("Identity", [e.array("full", values.numpy())], [e.name(out_value)])
 
 

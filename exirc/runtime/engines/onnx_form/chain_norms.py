@@ -29,7 +29,7 @@ from exirc.runtime.engines.onnx_form.chain_ops import (
     ONNX_TYPES,
     Emitter,
     Translator,
-    _same_shape,
+    same_shape,
 )
 
 
@@ -69,7 +69,7 @@ def native_layer_norm(e: Emitter, args: list[int]) -> None:
     for value, expected in ((out, tuple(source.shape)), (mean, statistics), (rstd, statistics)):
         if e.tensor(value).dtype != torch.float32:
             raise NotMapped(f"an out of {e.tensor(value).dtype}")
-        _same_shape(e, value, expected)
+        same_shape(e, value, expected)
     scale = _optional_tensor(e, args[2], shape) or \
         e.array("ones", numpy.ones(shape, numpy.float32))
     bias = _optional_tensor(e, args[3], shape)
@@ -92,7 +92,7 @@ def _reduction(op_type: str, torch_op: object) -> Translator:
                 e.tensor(out).dtype != wanted or (dims is not None and _int_list(dims) is None):
             raise NotMapped(f"a {op_type} over {dims!r} of {source.dtype} into "
                             f"{e.tensor(out).dtype} (dtype={dtype!r})")
-        _same_shape(e, out, meta_result(e, torch_op, args[0], dims, keepdim))
+        same_shape(e, out, meta_result(e, torch_op, args[0], dims, keepdim))
         rank = source.dim()
         axes = sorted({d % rank for d in dims}) if dims and rank else list(range(rank))
         name = e.name(args[0])
@@ -111,7 +111,7 @@ def matmul(e: Emitter, args: list[int]) -> None:
             first.dim() != second.dim() or first.dim() not in (2, 3):
         raise NotMapped(f"a product of {first.dtype}{list(first.shape)} and "
                         f"{second.dtype}{list(second.shape)}")
-    _same_shape(e, args[-1], meta_result(e, torch.matmul, args[0],
+    same_shape(e, args[-1], meta_result(e, torch.matmul, args[0],
                                          torch.empty(second.shape, device="meta")))
     e.node("MatMul", [e.name(args[0]), e.name(args[1])], [e.name(args[-1])])
 
@@ -131,7 +131,7 @@ def split_with_sizes(e: Emitter, args: list[int]) -> None:
         assert item is not None
         if e.tensor(item).dtype != source.dtype:
             raise NotMapped(f"a split of {source.dtype} into {e.tensor(item).dtype}")
-        _same_shape(e, item, (*source.shape[:axis], size, *source.shape[axis + 1:]))
+        same_shape(e, item, (*source.shape[:axis], size, *source.shape[axis + 1:]))
         names.append(e.name(item))
     e.node("Split", [e.name(args[0]), e.array("split", numpy.asarray(sizes, numpy.int64))],
            names, axis=axis)

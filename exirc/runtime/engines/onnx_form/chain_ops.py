@@ -72,12 +72,12 @@ class Emitter(Protocol):
 Translator = Callable[[Emitter, list[int]], None]
 
 
-def _same_shape(e: Emitter, out: int, expected: torch.Size | tuple[int, ...]) -> None:
+def same_shape(e: Emitter, out: int, expected: torch.Size | tuple[int, ...]) -> None:
     if tuple(e.tensor(out).shape) != tuple(expected):
         raise NotMapped(f"its output is {tuple(e.tensor(out).shape)}, not {tuple(expected)}")
 
 
-def _broadcast(*tensors: torch.Tensor) -> tuple[int, ...]:
+def broadcast(*tensors: torch.Tensor) -> tuple[int, ...]:
     try:
         return tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
     except RuntimeError:
@@ -95,7 +95,7 @@ def embedding(e: Emitter, args: list[int]) -> None:
     if indices.dtype not in (torch.int32, torch.int64) or weight.dim() != 2 \
             or indices.numel() == 0 or e.tensor(out).dtype != weight.dtype:
         raise NotMapped("not a 2-d table looked up by int32/int64 indices")
-    _same_shape(e, out, (*indices.shape, weight.shape[1]))
+    same_shape(e, out, (*indices.shape, weight.shape[1]))
     e.node("Gather", [e.name(args[0]), e.name(args[1])], [e.name(out)], axis=0)
     e.floor(e.name(args[1]))
 
@@ -103,7 +103,7 @@ def embedding(e: Emitter, args: list[int]) -> None:
 _EXACT_INTEGERS = {torch.float32: 2 ** 24, torch.float64: 2 ** 53}  # every int up to these
 
 
-def _scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndarray:
+def scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndarray:
     dtype = tensor.dtype
     if dtype == torch.bool and isinstance(scalar, bool):
         return numpy.asarray(scalar, dtype=numpy.bool_)
@@ -122,7 +122,7 @@ def _scalar_of_kind(e: Emitter, tensor: torch.Tensor, scalar: Any) -> numpy.ndar
 
 def logical_not(e: Emitter, args: list[int]) -> None:
     _bool(e, args[0], args[-1])
-    _same_shape(e, args[-1], e.tensor(args[0]).shape)
+    same_shape(e, args[-1], e.tensor(args[0]).shape)
     e.node("Not", [e.name(args[0])], [e.name(args[-1])])
 
 
@@ -131,7 +131,7 @@ def bitwise_not(e: Emitter, args: list[int]) -> None:
     source, out = e.tensor(args[0]), e.tensor(args[-1])
     if out.dtype != source.dtype or source.dtype not in (torch.bool, *INTEGER_DTYPES):
         raise NotMapped(f"~ of {source.dtype} into {out.dtype}")
-    _same_shape(e, args[-1], source.shape)
+    same_shape(e, args[-1], source.shape)
     e.node("Not" if source.dtype == torch.bool else "BitwiseNot", [e.name(args[0])],
            [e.name(args[-1])])
 
@@ -139,7 +139,7 @@ def bitwise_not(e: Emitter, args: list[int]) -> None:
 def _binary_bool(op_type: str) -> Translator:
     def translate(e: Emitter, args: list[int]) -> None:
         _bool(e, args[0], args[1], args[-1])
-        _same_shape(e, args[-1], _broadcast(e.tensor(args[0]), e.tensor(args[1])))
+        same_shape(e, args[-1], broadcast(e.tensor(args[0]), e.tensor(args[1])))
         e.node(op_type, [e.name(args[0]), e.name(args[1])], [e.name(args[-1])])
     return translate
 
@@ -166,7 +166,7 @@ def _reduce_bool(op_type: str, dims_at: int | None) -> Translator:
         expected = [1 if d in axes else size for d, size in enumerate(source.shape)]
         if not keep:
             expected = [size for d, size in enumerate(expected) if d not in axes]
-        _same_shape(e, out, tuple(expected))
+        same_shape(e, out, tuple(expected))
         # On the bools themselves (opset 18+): no dim is empty, where any/all and a
         # bool ReduceMax/Min could differ.
         e.node(op_type, [e.name(args[0]), e.array("axes", numpy.asarray(axes, numpy.int64))],
@@ -179,7 +179,7 @@ def where(e: Emitter, args: list[int]) -> None:
     _bool(e, args[0])
     if not a.dtype == b.dtype == out.dtype:
         raise NotMapped(f"where of {a.dtype} and {b.dtype} into {out.dtype} promotes")
-    _same_shape(e, args[3], _broadcast(condition, a, b))
+    same_shape(e, args[3], broadcast(condition, a, b))
     e.node("Where", [e.name(v) for v in args[:3]], [e.name(args[3])])
 
 
@@ -191,7 +191,7 @@ def to_copy(e: Emitter, args: list[int]) -> None:
     if source.dtype.is_floating_point and (out.dtype not in (*_SIGNED, torch.bool) or
                                            source.dtype not in (torch.float32, torch.float64)):
         raise NotMapped(f"a cast from {source.dtype} to {out.dtype} (NaN and overflow differ)")
-    _same_shape(e, args[-1], source.shape)
+    same_shape(e, args[-1], source.shape)
     if source.dtype.is_floating_point and out.dtype == torch.bool:  # x != 0: NaN is true
         zero = e.array("zero", numpy.zeros((), numpy_dtype(source.dtype)))
         e.node("Not", [e.node("Equal", [e.name(args[0]), zero])], [e.name(args[-1])])
@@ -260,8 +260,8 @@ def index(e: Emitter, args: list[int]) -> None:
     tensors = [e.tensor(i) for i in indices if i is not None]
     if any(t.dtype not in (torch.int32, torch.int64) for t in tensors):
         raise NotMapped("its indices are not integer tensors (a bool mask?)")
-    shape = _broadcast(*tensors)
-    _same_shape(e, out, (*shape, *source.shape[len(tensors):]))
+    shape = broadcast(*tensors)
+    same_shape(e, out, (*shape, *source.shape[len(tensors):]))
     values = [i for i in indices if i is not None]
     try:
         constants = [e.constant(i) for i in values]
@@ -279,7 +279,7 @@ def _index_one_dim(e: Emitter, source: int, index: int, dim: int, out: int) -> N
     tensor, positions = e.tensor(source), e.tensor(index)
     if positions.dtype not in (torch.int32, torch.int64):
         raise NotMapped("its index is not an integer tensor (a bool mask?)")
-    _same_shape(e, out, (*tensor.shape[:dim], *positions.shape, *tensor.shape[dim + 1:]))
+    same_shape(e, out, (*tensor.shape[:dim], *positions.shape, *tensor.shape[dim + 1:]))
     try:
         constant = e.constant(index)
     except NotMapped:  # computed by the chain: checked by the session
@@ -337,7 +337,7 @@ def flip(e: Emitter, args: list[int]) -> None:
         raise NotMapped(f"dims {dims!r} name a dim twice (the kernel refuses them)")
     if e.tensor(out).dtype != source.dtype:
         raise NotMapped(f"a flip of {source.dtype} into {e.tensor(out).dtype}")
-    _same_shape(e, out, source.shape)
+    same_shape(e, out, source.shape)
     if not axes:
         e.node("Identity", [e.name(args[0])], [e.name(out)])
         return

@@ -15,14 +15,18 @@ from math import prod
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from exirc.runtime.engines.onnx_form.rewrites.reshapes import Shape, _Node, _Rewriter
+    from exirc.runtime.engines.onnx_form.rewrites.reshapes import (
+        ReshapeNode,
+        ReshapeRewriter,
+        Shape,
+    )
 
 
-def matmul_on_batch_dims(rewriter: _Rewriter, last: _Node) -> bool:
+def matmul_on_batch_dims(rewriter: ReshapeRewriter, last: ReshapeNode) -> bool:
     """Reshape(a: [*L, m, k] -> [prod L, m, k]), Reshape(b: [*L, k, n] -> ...) ->
     MatMul -> Reshape(`last`: -> [*L, m, n]) becomes MatMul(a, b) writing `last`'s
     output, when the middle values have no other reader and no Reshape removed
-    lets onnxruntime fuse the MatMul with a neighbour (`_Rewriter._fuses`).
+    lets onnxruntime fuse the MatMul with a neighbour (`ReshapeRewriter._fuses`).
     Takes and returns the rewriter's ONNX graph; True if it rewrote."""
     product = last.input[0]
     matmul = rewriter.made_by(product, "MatMul")
@@ -34,7 +38,7 @@ def matmul_on_batch_dims(rewriter: _Rewriter, last: _Node) -> bool:
             target[-2:] != flat[-2:] or prod(target[:-2]) != flat[0]:
         return False
     batch = target[:-2]
-    operands: list[_Node] = []
+    operands: list[ReshapeNode] = []
     sources: list[str] = []
     for name in matmul.input:
         reshape = rewriter.made_by(name, "Reshape")

@@ -14,7 +14,7 @@ graph in place, until nothing changes:
    (prod(S[:j]) == prod(T[:k])), its constant scale and bias reshaped to S[j:],
    so that only one Reshape remains (and rule 2 drops it if it is S -> S);
    not after an Add that onnxruntime would then fuse into the norm (see
-   `_Rewriter._would_fuse_with_its_add`);
+   `ReshapeRewriter._would_fuse_with_its_add`);
 4. a Reshape, a chain of elementwise nodes that do not care about shape (unary
    ones, or binary ones with a one-element constant), and a Reshape: one
    Reshape moves to the other side of the chain, where the two are one;
@@ -75,16 +75,16 @@ def simplify_reshapes(model: ModelProto) -> int:
     shapes = static_shapes(model)
     if shapes is None:
         return 0  # shapes we cannot be sure of: nothing is rewritten
-    rewriter = _Rewriter(model, shapes)
+    rewriter = ReshapeRewriter(model, shapes)
     # Each rewrite removes a Reshape or moves a norm above one: this many always end it.
     steps = until_fixed_point(rewriter.step, 4 * len(model.graph.node) + 1)
     rewriter.finish()
     return steps
 
 
-class _Node:
+class ReshapeNode:
     """A node's op type, inputs and outputs as Python lists (protobuf fields are slow
-    to read again and again); `proto` gets them back in `_Rewriter.finish`."""
+    to read again and again); `proto` gets them back in `ReshapeRewriter.finish`."""
 
     def __init__(self, proto: NodeProto) -> None:
         self.proto = proto
@@ -93,13 +93,13 @@ class _Node:
         self.output: list[str] = list(proto.output)
 
 
-class _Rewriter(GraphIndex[_Node]):
+class ReshapeRewriter(GraphIndex[ReshapeNode]):
     """The graph's nodes with who reads and makes each value; one rewrite a `step`."""
 
     def __init__(self, model: ModelProto, shapes: dict[str, Shape]) -> None:
         import onnx
 
-        super().__init__(model.graph, [_Node(proto) for proto in model.graph.node], tag="rs")
+        super().__init__(model.graph, [ReshapeNode(proto) for proto in model.graph.node], tag="rs")
         self.onnx = onnx
         self.shapes = shapes
         self._scalars_of: dict[str, str] = {}  # a one-element constant -> its rank-0 copy
@@ -111,14 +111,14 @@ class _Rewriter(GraphIndex[_Node]):
         self.shapes[name] = tuple(array.shape)
         return name
 
-    def _reshape_to(self, node: _Node, source: str, shape: Shape) -> None:
+    def _reshape_to(self, node: ReshapeNode, source: str, shape: Shape) -> None:
         """Make `node` (a Reshape) read `source` and reshape it to `shape`."""
         node.input[0] = source
         node.input[1] = self._new_constant("shape", numpy.asarray(shape, dtype=numpy.int64))
         self.shapes[node.output[0]] = shape
         del node.proto.attribute[:]  # allowzero is moot: no shape here has a 0
 
-    def _plain_reshape(self, node: _Node) -> bool:
+    def _plain_reshape(self, node: ReshapeNode) -> bool:
         return (node.op_type == "Reshape" and node.input[0] in self.shapes
                 and node.output[0] in self.shapes)
 
@@ -135,7 +135,7 @@ class _Rewriter(GraphIndex[_Node]):
                 return True
         return False
 
-    def _merge(self, second: _Node) -> bool:
+    def _merge(self, second: ReshapeNode) -> bool:
         """Rule 1: Reshape(Reshape(x)) -> Reshape(x) when the middle value has no
         other reader."""
         first = self.made_by(second.input[0], "Reshape")
@@ -146,7 +146,7 @@ class _Rewriter(GraphIndex[_Node]):
         self.nodes.remove(first)
         return True
 
-    def _drop(self, node: _Node) -> bool:
+    def _drop(self, node: ReshapeNode) -> bool:
         """Rule 2: a Reshape to its input's own shape is gone (not a graph output)."""
         source, target = node.input[0], node.output[0]
         if self.shapes[source] != self.shapes[target] or target in self.outputs or \
@@ -159,7 +159,7 @@ class _Rewriter(GraphIndex[_Node]):
         self.nodes.remove(node)
         return True
 
-    def _norm_on_source(self, reshape: _Node) -> bool:
+    def _norm_on_source(self, reshape: ReshapeNode) -> bool:
         """Rule 3: Reshape(x: S -> T) -> LayerNormalization -> Reshape becomes the
         norm on x (same groups of elements), then one Reshape."""
         norm_input = reshape.output[0]
@@ -214,12 +214,12 @@ class _Rewriter(GraphIndex[_Node]):
         shapes = [self.shapes.get(name) for name in add.input]
         return None in shapes or (shapes[0] == shapes[1] and len(shapes[0] or ()) == 3)
 
-    def _move_chain(self, last: _Node) -> bool:
+    def _move_chain(self, last: ReshapeNode) -> bool:
         """Rule 4: Reshape -> shape-agnostic elementwise chain -> Reshape: one Reshape
         moves to the other's side of the chain, where they are one. The last moves
         above the chain, unless the chain would then meet its reader in a fusion
         (`_fuses`); else the first moves below it."""
-        chain: list[_Node] = []  # from the last node up
+        chain: list[ReshapeNode] = []  # from the last node up
         value = last.input[0]
         while self.sole_reader(value) is not None:
             node = self.producer(value)
@@ -249,13 +249,13 @@ class _Rewriter(GraphIndex[_Node]):
         return True
 
     @staticmethod
-    def _fuses(producer: _Node | None, readers: Sequence[_Node]) -> bool:
+    def _fuses(producer: ReshapeNode | None, readers: Sequence[ReshapeNode]) -> bool:
         """Whether onnxruntime's optimizer would fuse `producer` with one of `readers`
         into a kernel with other arithmetic if no Reshape stood between them."""
         fusing = FUSES_WITH.get(producer.op_type, frozenset()) if producer else frozenset()
         return any(reader.op_type in fusing for reader in readers)
 
-    def _elementwise_operand(self, node: _Node) -> str | None:
+    def _elementwise_operand(self, node: ReshapeNode) -> str | None:
         """The one computed input of an elementwise node whose other inputs have one
         element each; None for any other node."""
         if len(node.output) != 1 or node.output[0] not in self.shapes:
@@ -275,7 +275,7 @@ class _Rewriter(GraphIndex[_Node]):
             return None
         return variable if self.shapes.get(variable) == self.shapes[node.output[0]] else None
 
-    def _fit_constants(self, chain: list[_Node], rank: int) -> None:
+    def _fit_constants(self, chain: list[ReshapeNode], rank: int) -> None:
         """Give each one-element operand of `chain` with a rank above `rank` a rank-0
         copy, so that broadcasting it does not grow the moved node's output."""
         for node in chain:
