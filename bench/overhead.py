@@ -22,7 +22,7 @@ Rows:
   * `overhead.entry`: one call of the same add through each way torch offers
     into it: the boxed dispatcher call with the operator's handle, the
     overload's `_op`, the `OpOverload` itself, and the Python binding
-    (`torch.add`), which `exirc.runtime.fast_entries` uses where it can.
+    (`torch.add`), which `exirc.runtime.kernels.fast_entries` uses where it can.
 
 Each figure is the least of interleaved rounds, so a busy neighbour (this
 machine is shared) inflates it least.

@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # Sections run in this order; a missing module (not written yet) is skipped.
-SECTIONS = ["bench.start_up", "bench.serialization", "bench.overhead", "bench.runtime",
+SECTIONS = ["bench.start_up", "bench.serialization", "bench.inspector", "bench.overhead",
+            "bench.runtime",
             "bench.compile", "bench.control_flow", "bench.delegation", "bench.quantization",
             "bench.side_by_side"]
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
 
     from exirc.compiler import CompileOptions, CompileResult, compile_methods
-    from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.core.loader import LoadedProgram
 
 __version__ = "0.1.0"
 
@@ -38,7 +38,7 @@ __all__ = ["CompileOptions", "CompileResult", "__version__", "compile", "compile
            "load"]
 
 # What `exirc.compile` passes to a model given as a module, not as options.
-_MODULE_ARGUMENTS = ("dynamic_shapes", "methods")
+_MODULE_ARGUMENTS = ("dynamic_shapes", "methods", "constant_methods")
 
 
 def compile(model: torch.nn.Module | str | os.PathLike[str],
@@ -47,8 +47,10 @@ def compile(model: torch.nn.Module | str | os.PathLike[str],
             **options: Any) -> CompileResult:
     """Compile a model to a `.pte` program, as `exirc compile` does.
 
-    `model` is an `nn.Module` (then `example_inputs` is its tuple of inputs, and
-    `dynamic_shapes=` and `methods=` go to torch.export) or what the CLI takes:
+    `model` is an `nn.Module` (then `example_inputs` is its tuple of inputs,
+    `dynamic_shapes=` and `methods=` go to torch.export, and `constant_methods=`
+    (name -> int, float, bool, str or list of ints) become methods returning
+    those values, as a model file's `constant_methods`) or what the CLI takes:
     a path such as "model.py", "model.py:factory" or "model.pt2" (then
     `example_inputs` may name a .pt/.npz file for a TorchScript archive).
     `target` is as `--target`; the other keywords are `exirc.CompileOptions`
@@ -92,7 +94,9 @@ def load(source: str | os.PathLike[str] | bytes | memoryview, **limits: Any) -> 
     """Load a `.pte` program (a path, or its bytes) for running, as `exirc run` does.
 
     The keywords are `exirc.runtime.load`'s: max_memory=, max_steps=,
-    allow_any_aten=, kernels=, backends=. Run with `.run("forward", [inputs])`."""
+    max_seconds=, allow_any_aten=, kernels=, backends=, engine=, dump_engine=. Run
+    with `.run("forward", [inputs])`; `.constant_methods` holds the values of the
+    program's constant methods."""
     from exirc.runtime import load as load_program
 
     return load_program(source, **limits)

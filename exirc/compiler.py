@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exirc.diagnostics.load_check import check_loadable
 from exirc.diagnostics.self_check import check_options, eager_references, verify_and_bundle
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 from exirc.serialize import program as P
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from exirc.capture import MethodSource
     from exirc.diagnostics.eager_check import VerificationReport
     from exirc.diagnostics.quantization import QuantizationReport, Quantized
-    from exirc.runtime.kernels import KernelRegistry
+    from exirc.runtime.kernels.registry import KernelRegistry
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,10 @@ def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, 
 
 def compile_methods(methods: dict[str, ExportedProgram],
                     options: CompileOptions = CompileOptions(),
-                    kernels: KernelRegistry | None = None) -> CompileResult:
-    """ATen-dialect methods (from torch.export) -> a serialized program.
+                    kernels: KernelRegistry | None = None,
+                    constant_methods: dict[str, Any] | None = None) -> CompileResult:
+    """ATen-dialect methods (from torch.export) -> a serialized program, with
+    `constant_methods` (name -> value, `exirc.capture.constant_methods`) after them.
 
     Operators with a kernel in `kernels` (default: exirc.runtime's registry, where
     plugins register) pass the kernel checks as the target's own do."""
@@ -178,12 +181,15 @@ def compile_methods(methods: dict[str, ExportedProgram],
     # Before emitting: a plan over the budget is a failed compile, and no file.
     check_arena_limit(planned, options.max_arena_bytes)
     started = time.perf_counter()
-    emitted = emit_methods(planned)                   # graphs -> program model
+    emitted = emit_methods(planned, constant_methods or {})  # graphs -> program model
     program = emitted.program
     report.stage_seconds["emit"] = time.perf_counter() - started
     started = time.perf_counter()
     data = serialize(program)                         # program model -> .pte bytes
     report.stage_seconds["serialize"] = time.perf_counter() - started
+    started = time.perf_counter()
+    check_loadable(data, kernels)                     # what exirc's loader would refuse
+    report.stage_seconds["load_check"] = time.perf_counter() - started
     _fill_report(report, program, planned, len(data))
     _dump_program(instrument, program)
     return CompileResult(program, data, report, planned, emitted.instruction_nodes)
@@ -204,7 +210,7 @@ def _dump_program(instrument: Instrumentation, program: P.Program) -> None:
 
 
 def _registered(kernels: KernelRegistry | None) -> frozenset[str]:
-    from exirc.runtime.kernels import KERNELS
+    from exirc.runtime.kernels.registry import KERNELS
 
     install_backend_kernels()  # ops bound to patterns (a plugin's) run, so they pass the checks
     return (KERNELS if kernels is None else kernels).operator_names()
@@ -234,11 +240,14 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
                    dynamic_shapes: Any = None,
                    methods: dict[str, tuple[Any, ...]] | None = None,
                    options: CompileOptions = CompileOptions(),
-                   kernels: KernelRegistry | None = None) -> CompileResult:
-    """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes])).
+                   kernels: KernelRegistry | None = None,
+                   constant_methods: dict[str, Any] | None = None) -> CompileResult:
+    """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes])),
+    with `constant_methods` (name -> value) as a model file's `constant_methods`.
 
     `kernels` is the interpreter's kernel registry for `options.verify`."""
     from exirc.capture import MethodSource
+    from exirc.capture.constant_methods import read_constant_methods
 
     check_options(options)
     sources = {"forward": MethodSource("forward", module, tuple(example_inputs),
@@ -247,7 +256,9 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
         extra_module, extra_inputs, *shapes = entry
         sources[name] = MethodSource(name, extra_module, tuple(extra_inputs),
                                      shapes[0] if shapes else None, None, "<module>")
-    return _compile_sources(sources, options, kernels, started=time.perf_counter())
+    constants = read_constant_methods(constant_methods, "constant_methods", sources)
+    return _compile_sources(sources, options, kernels, started=time.perf_counter(),
+                            constant_methods=constants)
 
 
 def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
@@ -266,11 +277,13 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
     check_options(options)
     started = time.perf_counter()  # loading the model counts as capture
     loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
-    return _compile_sources(loaded.methods, options, kernels, started=started)
+    return _compile_sources(loaded.methods, options, kernels, started=started,
+                            constant_methods=loaded.constant_methods)
 
 
 def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
-                     kernels: KernelRegistry | None, *, started: float) -> CompileResult:
+                     kernels: KernelRegistry | None, *, started: float,
+                     constant_methods: dict[str, Any] | None = None) -> CompileResult:
     """Capture each method, take the eager references --verify/--bundle need,
     compile, and check the program against them; `started` is when capture began."""
     from exirc.capture import capture
@@ -289,7 +302,7 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
     eager_started = time.perf_counter()
     references = eager_references(sources, exported, options)
     eager_seconds = time.perf_counter() - eager_started
-    result = compile_methods(exported, options, kernels)
+    result = compile_methods(exported, options, kernels, constant_methods)
     first = {"capture": capture_seconds}
     if quantized is not None:
         from exirc.diagnostics.quantization import measure
@@ -345,7 +358,7 @@ def install_backend_kernels(registry: KernelRegistry | None = None) -> None:
     Calling it again installs only what was bound since; an op bound again
     replaces the kernel installed for its earlier binding."""
     from exirc.backend import ops
-    from exirc.runtime.kernels import KERNELS, operator_key
+    from exirc.runtime.kernels.registry import KERNELS, operator_key
 
     registry = KERNELS if registry is None else registry
     installed = _INSTALLED.setdefault(registry, {})
@@ -365,7 +378,7 @@ def install_backend_kernels(registry: KernelRegistry | None = None) -> None:
 
 def _pattern_kernel(op: BackendOp) -> Callable[..., Any] | None:
     """A kernel running `op`'s pattern into its one out, or None if it has not one."""
-    from exirc.runtime.kernels import copy_into
+    from exirc.runtime.kernels.registry import copy_into
 
     outs = op.out_names
     if len(outs) != 1:

@@ -5,7 +5,7 @@ wrong, where, and what to do. `InternalError` is for our own bugs. The CLI
 maps each class to a documented exit code and prints one line plus the hint;
 the traceback only with `--debug`.
 
-Exit codes (also in README.md):
+Exit codes (also in docs/cli.md):
 
     0  success
     1  internal error (a bug in exirc: please report it)

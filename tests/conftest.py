@@ -1,6 +1,8 @@
 """Shared test configuration, and fixtures more than one test module needs."""
 
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,4 +26,50 @@ def add_pte(tmp_path: Path) -> Path:
 def chains_on_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fused chains on onnxruntime, not LiteRT: for tests of the ONNX chain's own
     translations (LiteRT takes, by default, every chain it can)."""
-    monkeypatch.setenv("EXIRC_XNNPACK_ENGINE", "onnxruntime")
+    monkeypatch.setenv("EXIRC_ENGINE", "onnxruntime")
+
+
+def _engine(name: str, package: str) -> object:
+    return pytest.param(name, marks=pytest.mark.skipif(
+        importlib.util.find_spec(package) is None,
+        reason=f"the {name} engine needs {package} installed"))
+
+
+ENGINES = ["reference", _engine("onnxruntime", "onnxruntime"), _engine("litert", "ai_edge_litert")]
+"""What the zoo-wide conformance tests run on: exirc's reference interpreter and
+each optional engine (a missing package is a visible skip)."""
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine a conformance test checks; load with `load_on(engine, ...)`."""
+    return str(request.param)
+
+
+def load_on(engine: str, source: Any, **limits: Any) -> Any:
+    """`exirc.runtime.load(source, engine=engine)`; a program the engine, asked for by
+    name, refuses outright (onnxruntime and a quantized delegate) is a visible skip."""
+    from exirc.errors import UnsupportedOperatorError
+    from exirc.runtime import load
+
+    try:
+        return load(source, engine=engine, **limits)
+    except UnsupportedOperatorError as error:
+        if engine == "reference" or f"asks for {engine}" not in error.message:
+            raise
+        pytest.skip(f"the {engine} engine does not take this program: {error.message}")
+
+
+ENGINE_TEST_FOLDER = Path(__file__).parent / "runtime" / "engines"
+
+
+@pytest.fixture(autouse=True)
+def _reference_unless_an_engine_is_named(request: pytest.FixtureRequest,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run programs on the reference interpreter unless they name an engine:
+    the compiler's tests check the compiler, not whichever engines are installed.
+    Engine tests (tests/runtime/engines/, and those taking the `engine` fixture)
+    choose their engine themselves."""
+    if "engine" in request.fixturenames or ENGINE_TEST_FOLDER in Path(request.path).parents:
+        return
+    monkeypatch.setenv("EXIRC_ENGINE", "reference")

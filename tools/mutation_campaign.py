@@ -1,5 +1,5 @@
 """The runtime mutation campaign: thousands of mutants of real programs, each
-in its own process with a timeout and a memory limit (`make fuzz`).
+in its own process with a CPU-time budget and a memory limit (`make fuzz`).
 
     python -m tools.mutation_campaign --mutants 12000 --seed 1 --jobs 2 --out out/mutants
     python -m tools.mutation_campaign --replay 'mlp.portable/memory_offset/123/api'
@@ -37,7 +37,7 @@ from tools.mutants.generate import (
     make_mutant,
     plan_mutants,
 )
-from tools.mutants.runner import Result, run_mutants
+from tools.mutants.runner import CPU_BUDGET, WALL_CAP_FACTOR, Result, run_mutants
 from tools.mutants.session import prepare
 
 BASE_SETS = {"all": ALL_BASES, "test": TEST_BASES}
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.jobs} at a time...", file=sys.stderr)
     progress = _Progress(len(specs))
     results = run_mutants(_mutants(specs, bases, catalog), jobs=args.jobs,
-                          timeout=args.timeout, limits=limits,
+                          cpu_budget=args.cpu_budget, limits=limits,
                           warm_modules=session.warm_modules,
                           on_result=progress)
     sample = random.Random(args.seed).sample(range(len(specs)), min(args.cli_sample, len(specs)))
@@ -120,7 +120,7 @@ def _replay(args: argparse.Namespace) -> int:
 
         replay_here(mutant.data, spec.route, spec.seed, Limits(max_steps=args.max_steps))
         return 0
-    result = run_mutants([(0, mutant)], jobs=1, timeout=args.timeout,
+    result = run_mutants([(0, mutant)], jobs=1, cpu_budget=args.cpu_budget,
                          warm_modules=session.warm_modules)[0]
     for stage in result.stages:
         print(f"  {stage.name}: {stage.outcome} {stage.detail}")
@@ -140,7 +140,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="out/mutants", help="where reports go")
     parser.add_argument("--bases", default="all",
                         help="'all', 'test', or a comma-separated list of <model>.<flavour>")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per mutant")
+    parser.add_argument("--cpu-budget", type=float, default=CPU_BUDGET,
+                        help="CPU seconds a stage of a mutant may spend before it is killed "
+                             f"as hung (default {CPU_BUDGET:g}); one making no progress is "
+                             f"killed after {WALL_CAP_FACTOR} budgets of wall-clock time")
     parser.add_argument("--memory-gib", type=float, default=4.0, help="address space limit")
     parser.add_argument("--max-steps", type=int, default=Limits.max_steps,
                         help="instructions one run may execute (the runtime's step budget)")

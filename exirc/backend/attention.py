@@ -8,7 +8,7 @@ PyTorch runs one fused CPU kernel. `KeepAttention` (an ATen-stage pass, before
 call it can match exactly with `exirc::attention`, a torch.library op no
 decomposition table knows, so the Edge program keeps it as one call; its
 out-variant `exirc::attention.out` is bound as a backend op (the kernel set
-`backend_ops`) and the runtime's kernel (`exirc.runtime.attention_kernels`)
+`backend_ops`) and the runtime's kernel (`exirc.runtime.kernels.attention`)
 calls torch's own `scaled_dot_product_attention`, as eager does.
 
 The op has no dropout and no grouped-query flag: calls with either are left
@@ -25,7 +25,7 @@ from exirc.backend.ops import bind_pattern_to_op
 _ARGUMENTS = ("Tensor query, Tensor key, Tensor value, Tensor? attn_mask, bool is_causal, "
               "float scale")
 ATTENTION_SCHEMA = f"attention({_ARGUMENTS}) -> Tensor"
-# The runtime has its own copy (exirc.runtime.attention_kernels, with the kernel):
+# The runtime has its own copy (exirc.runtime.kernels.attention, with the kernel):
 # the compiler may not import the runtime. tests/backend checks they agree.
 ATTENTION_OUT_SCHEMA = f"exirc::attention.out({_ARGUMENTS}, *, Tensor(a!) out) -> Tensor(a!)"
 
@@ -69,7 +69,7 @@ _LIBRARY.impl("attention.out", _attention_out_meta, "Meta")
 attention_op = torch.ops.exirc.attention.default
 
 
-@bind_pattern_to_op(ATTENTION_OUT_SCHEMA)  # its kernel: exirc.runtime.attention_kernels
+@bind_pattern_to_op(ATTENTION_OUT_SCHEMA)  # its kernel: exirc.runtime.kernels.attention
 def attention_out(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attn_mask: torch.Tensor | None, is_causal: bool,
                   scale: float) -> torch.Tensor:

@@ -7,7 +7,7 @@ before `to_edge` decomposes: `exirc.backend.keep_lstm`) swaps the call's target 
 torch.library op with the same schema that no decomposition table knows, so
 the Edge program keeps it as one call; its out-variant `exirc::lstm.out` is
 bound as a backend op (the kernel set `backend_ops`), and the runtime's kernel
-(`exirc.runtime.recurrent_kernels`) calls torch's fused `torch.lstm`.
+(`exirc.runtime.kernels.recurrent`) calls torch's fused `torch.lstm`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from exirc.backend.ops import bind_pattern_to_op
 _ARGUMENTS = ("Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, "
               "float dropout, bool train, bool bidirectional, bool batch_first")
 LSTM_SCHEMA = f"lstm({_ARGUMENTS}) -> (Tensor, Tensor, Tensor)"
-# The runtime has its own copy (exirc.runtime.recurrent_kernels, with the kernel):
+# The runtime has its own copy (exirc.runtime.kernels.recurrent, with the kernel):
 # the compiler may not import the runtime. tests/backend checks they agree.
 LSTM_OUT_SCHEMA = (f"exirc::lstm.out({_ARGUMENTS}, *, Tensor(a!) out0, Tensor(b!) out1, "
                    "Tensor(c!) out2) -> (Tensor(a!), Tensor(b!), Tensor(c!))")
@@ -56,7 +56,7 @@ for _key in ("CompositeExplicitAutograd", "Meta"):
 lstm_op = torch.ops.exirc.lstm.default
 
 
-@bind_pattern_to_op(LSTM_OUT_SCHEMA)  # its kernel: exirc.runtime.recurrent_kernels
+@bind_pattern_to_op(LSTM_OUT_SCHEMA)  # its kernel: exirc.runtime.kernels.recurrent
 def lstm_out(input: torch.Tensor, hx: list[torch.Tensor], params: list[torch.Tensor],
              has_biases: bool, num_layers: int, dropout: float, train: bool,
              bidirectional: bool, batch_first: bool) -> tuple[torch.Tensor, ...]:

@@ -61,7 +61,7 @@ def bind_pattern_to_op(schema: str, *, out_kernel: OutKernel | None = None
     This registers the op with the compiler only. The interpreter gets a kernel
     for it from `exirc.compiler.install_backend_kernels` (which compiling and
     `exirc run --plugin` call): `out_kernel` if given, else the kernel it
-    already has for it (exirc's own ops, `exirc.runtime.exirc_ops`), else one
+    already has for it (exirc's own ops, `exirc.runtime.kernels.exirc_ops`), else one
     that runs the pattern and copies its result into `out`. Python API users who
     bind their own ops call that function before running a program that uses them."""
     parsed = torch._C.parse_schema(schema)
@@ -84,13 +84,13 @@ def registered_kernel_names() -> frozenset[str]:
 
 aten = torch.ops.aten
 
-# The runtime has its own copy (exirc.runtime.exirc_ops, with the op's kernel):
+# The runtime has its own copy (exirc.runtime.kernels.exirc_ops, with the op's kernel):
 # the compiler may not import the runtime. tests/backend checks they agree.
 ADDMM_RELU_SCHEMA = ("exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, "
                      "Tensor(a!) out) -> Tensor(a!)")
 
 
-@bind_pattern_to_op(ADDMM_RELU_SCHEMA)  # its kernel: exirc.runtime.exirc_ops
+@bind_pattern_to_op(ADDMM_RELU_SCHEMA)  # its kernel: exirc.runtime.kernels.exirc_ops
 def addmm_relu(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     """relu(bias + mat1 @ mat2): a linear layer and its activation, one pass over memory."""
     return aten.relu.default(aten.addmm.default(bias, mat1, mat2))

@@ -16,7 +16,7 @@ Each is a backend op (`exirc.backend.ops.BackendOp`): a plain Python callable
 with its out schema, so registering them never clashes with ExecuTorch's own
 `torch.library` definitions of the same names when both are imported. The
 patterns are reference implementations in torch; the runtime's kernels
-(`exirc.runtime.quantized_kernels`) are what programs run.
+(`exirc.runtime.kernels.quantized`) are what programs run.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ all import it without importing one another.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -44,3 +44,5 @@ class MethodSource:
 class LoadedModel:
     methods: dict[str, MethodSource]  # "forward" first
     origin: str
+    # name -> value: methods that return a value and do no work (`constant_methods`)
+    constant_methods: dict[str, Any] = field(default_factory=dict)

@@ -29,10 +29,12 @@ from typing import Any
 
 import torch
 
+from exirc.capture.constant_methods import read_constant_methods
 from exirc.capture.keyword_inputs import positional_inputs
 from exirc.capture.loaded_model import MAIN_METHOD, LoadedModel, MethodSource, Warn
 from exirc.capture.messages import describe, first_line
 from exirc.errors import ModelError, UsageError
+from exirc.ir.quantize_ops import exported_graph_to_eval
 from exirc.ir.source import display_path, frame_in, traceback_frames
 
 MODEL_FILE_EXAMPLE = (
@@ -59,7 +61,9 @@ def load_python(path: str, factory: str | None, warn: Warn) -> LoadedModel:
         forward = model_file.main_method(namespace.__dict__, warn)
         methods = {MAIN_METHOD: forward}
         methods.update(model_file.extra_methods(namespace.__dict__, warn))
-        return LoadedModel(methods, model_file.shown)
+        constants = read_constant_methods(namespace.__dict__.get("constant_methods"),
+                                          model_file.where("constant_methods"), methods)
+        return LoadedModel(methods, model_file.shown, constants)
 
 
 @contextlib.contextmanager
@@ -296,24 +300,11 @@ class _ModelFile:
             warn(f"{where}: {label} (an exported graph) is in training mode; compiling it "
                  "in eval mode (call torchao.quantization.pt2e.move_exported_model_to_eval "
                  "on it to silence this warning)")
-            move_exported_model_to_eval(module)
+            exported_graph_to_eval(module)
             return
         warn(f"{where}: {label} is in training mode; compiling it in eval mode "
              "(call .eval() on it to silence this warning)")
         module.eval()
-
-
-def move_exported_model_to_eval(module: torch.fx.GraphModule) -> None:
-    """Switch an exported graph to eval mode as torchao's pt2e flow does, or,
-    without torchao, flip the flags (nothing patched .eval() then, and an
-    exported graph's ops do not read them)."""
-    try:
-        from torchao.quantization.pt2e import move_exported_model_to_eval as switch
-    except ImportError:
-        torch.nn.Module.train(module, False)
-        return
-    switch(module)
-    torch.nn.Module.train(module, False)
 
 
 def _definition_lines(tree: ast.Module) -> dict[str, int]:

@@ -33,7 +33,7 @@ Examples:
   exirc inspect model.pte --json | jq '.methods[0].operators'
   exirc compile model.py -o - | exirc inspect -   PATH - reads the program from stdin
 
-The --json shape is versioned ("format_version"); see README.md.
+The --json shape is versioned ("format_version"); see docs/format.md.
 """
 
 VIEWS = ["summary", "instructions", "memory", "size", "quantization"]

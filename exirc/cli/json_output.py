@@ -76,7 +76,7 @@ def output_facts(index: int, value: Any, name: str | None = None) -> dict[str, A
     dtype and min/max/mean (null when empty or opaque); a number as its value."""
     import torch
 
-    from exirc.runtime.arenas import SCALAR_TYPES
+    from exirc.runtime.core.arenas import SCALAR_TYPES
 
     facts: dict[str, Any] = {"index": index, "name": name or f"output_{index}"}
     if not isinstance(value, torch.Tensor):

@@ -30,7 +30,7 @@ from exirc.serialize.symbolic_shapes import (
 )
 
 if TYPE_CHECKING:
-    from exirc.runtime.inputs import InputSpec
+    from exirc.runtime.core.inputs import InputSpec
     from exirc.serialize.symbolic_shapes import MethodShapes
 
 DEFAULT_DIM_CAP = 256  # the largest size --random picks for a dynamic dim on its own

@@ -17,18 +17,25 @@ import click
 from exirc.cli.plugins import import_plugin
 from exirc.cli.random_shapes import parse_shape_options
 from exirc.cli.run_inputs import make_random_inputs, read_inputs
-from exirc.cli.run_outputs import output_names, summary, timing_text, write_outputs
+from exirc.cli.run_outputs import (
+    output_names,
+    plain_runs,
+    summary,
+    timing_text,
+    write_outputs,
+)
 from exirc.cli.run_timing import default_warmup, threads_option, timed_runs, torch_threads
 from exirc.cli.sizes import SIZE_HELP, size_option
 from exirc.cli.stdio import is_stdio, refuse_terminal_stdout
 from exirc.errors import ResourceError, UsageError, VerificationError
+from exirc.runtime.engines.policy import ENGINES as ENGINE_NAMES
 from exirc.serialize.files import check_output_path
 from exirc.serialize.mapped_file import refuse_special_file
 
 if TYPE_CHECKING:
-    from exirc.runtime.loader import LoadedProgram
-    from exirc.runtime.method import Method
-    from exirc.runtime.profile import Profile
+    from exirc.runtime.core.loader import LoadedProgram
+    from exirc.runtime.core.method import Method
+    from exirc.runtime.core.profile import Profile
 
 EPILOG = """\b
 Examples:
@@ -44,6 +51,8 @@ Examples:
   exirc run model.pte --random --trace trace.json    a timeline for ui.perfetto.dev
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
   exirc run model.pte --check                        run the bundled test cases
+  exirc run model.pte --random --max-steps 1000000 --max-seconds 5
+                                                     a file you do not trust: tight limits
   exirc run model.pte --random --repeat 10 --json    outputs and latency, for programs
 
 Inputs are checked against the method's signature (count, dtype, rank,
@@ -106,12 +115,27 @@ all pass and 5 if any fails.
 @click.option("--max-steps", type=click.IntRange(min=1), default=None,
               help="Work one run may do, in steps: each instruction once, plus, each time a "
                    "loop repeats one, a step per 1,000 element operations it does; loops also "
-                   "get 2.5 µs of wall-clock time per step (default 1,000,000).")
+                   "get 2.5 µs of CPU time per step (default 1,000,000,000: a backstop for "
+                   "a loop that never ends; for a file you do not trust, 1000000).")
+@click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="S",
+              help="Stop a run still looping S seconds (wall-clock time) after it started "
+                   "(default: no such limit, so how busy the machine is never changes the "
+                   "outcome).")
 @click.option("--allow-any-aten-op", "allow_any_aten", is_flag=True,
               help="Also run ATen operators outside the runtime's allowlist, straight from "
                    "torch. This trusts the file: some ATen kernels crash on bad arguments.")
 @click.option("--max-memory", "max_memory", default=None, metavar="SIZE", callback=size_option,
               help="Refuse programs planning more memory than SIZE. " + SIZE_HELP)
+@click.option("--engine", type=click.Choice(ENGINE_NAMES), default=None,
+              help="What runs the program: reference (exirc's interpreter alone), auto "
+                   "(optional engines where installed and exact; the default, or the "
+                   "EXIRC_ENGINE variable), onnxruntime or litert. --check runs on the "
+                   "reference.")
+@click.option("--dump-engine", "dump_engine", type=click.Path(file_okay=False, path_type=str),
+              default=None, metavar="DIR",
+              help="Write the models engines build (ONNX, TFLite) and the rewrite rules "
+                   "that fired to DIR, with engines.txt saying what runs where.")
 @click.option("--check", is_flag=True,
               help="Run the test cases bundled in the program (`exirc compile --bundle`) and "
                    "report pass or fail (exit code 5 if any fails).")
@@ -124,15 +148,17 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
                 shape_options: tuple[str, ...], seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, warmup: int | None,
                 threads: int, profile_ops: bool, trace_path: str | None,
-                plugins: tuple[str, ...], max_steps: int | None, allow_any_aten: bool,
-                max_memory: int | None, check: bool, as_json: bool) -> None:
+                plugins: tuple[str, ...], max_steps: int | None, max_seconds: float | None,
+                allow_any_aten: bool, max_memory: int | None, engine: str | None,
+                dump_engine: str | None, check: bool, as_json: bool) -> None:
     """Run a method of the program file PATH and summarise its outputs."""
     if check:
         given = [flag for flag, used in (("--inputs", input_paths), ("--random", random_inputs),
                                          ("--seed", seed is not None), ("-o", output),
                                          ("--repeat", repeat > 1), ("--profile", profile_ops),
                                          ("--warmup", warmup is not None),
-                                         ("--trace", trace_path), ("--json", as_json))
+                                         ("--trace", trace_path), ("--json", as_json),
+                                         ("--engine", engine is not None))
                  if used]
         if given:
             raise UsageError(f"--check runs the bundled inputs; it does not take "
@@ -166,13 +192,14 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
         install_backend_kernels()  # a plugin's ops bound to patterns run as those patterns
 
     from exirc.runtime import Profile, load
-    from exirc.runtime.method import DEFAULT_MAX_STEPS
+    from exirc.runtime.core.method import DEFAULT_MAX_STEPS
 
     # Loaded at the runs' thread count: a delegate's engine (onnxruntime) makes
     # its session for the count it is loaded at.
     with _out_of_memory(f"loading the program {path}"), torch_threads(threads):
-        program = load(path, max_memory=max_memory,
-                       max_steps=max_steps or DEFAULT_MAX_STEPS, allow_any_aten=allow_any_aten)
+        program = load(path, max_memory=max_memory, max_steps=max_steps or DEFAULT_MAX_STEPS,
+                       max_seconds=max_seconds, allow_any_aten=allow_any_aten,
+                       engine="reference" if check else engine, dump_engine=dump_engine)
     if check:
         with _out_of_memory("running the bundled test cases"), torch_threads(threads):
             _check_bundled(program, method_name)
@@ -207,7 +234,7 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
         return
     # With -o -, stdout carries the .npz alone; what is read goes to stderr.
     click.echo(summary(method, runs.outputs), err=to_stdout)
-    timing = timing_text(runs.seconds, warmup, threads, profile, method.execution)
+    timing = timing_text(runs.seconds, warmup, threads, profile, plain_runs(method))
     if timing:
         click.echo(timing, err=to_stdout)
 
@@ -228,7 +255,7 @@ def _check_trace_path(trace: str, program: str, output: str | None) -> None:
 def _write_trace(trace: str, profile: Profile, runs: list[tuple[float, float]], path: str,
                  method: Method, about: dict[str, Any]) -> None:
     """Write the Chrome trace atomically, and say on stderr what it holds."""
-    from exirc.runtime.trace import write_chrome_trace
+    from exirc.runtime.core.trace import write_chrome_trace
     from exirc.serialize.files import write_atomically
 
     slices = [0]

@@ -11,8 +11,8 @@ from exirc.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-    from exirc.runtime.inputs import InputSpec
-    from exirc.runtime.method import Method
+    from exirc.runtime.core.inputs import InputSpec
+    from exirc.runtime.core.method import Method
     from exirc.serialize.npy_expected import ExpectedArray
 
 
@@ -43,7 +43,7 @@ def read_inputs(method: Method, paths: tuple[str, ...]) -> Sequence[Any] | dict[
 
 def _expected_array(spec: InputSpec) -> ExpectedArray:
     """What the file of input `spec` must hold, as its .npy header will say it."""
-    from exirc.runtime.arenas import numpy_dtype
+    from exirc.runtime.core.arenas import numpy_dtype
     from exirc.serialize.npy_expected import ExpectedArray
 
     signature = spec.describe()
@@ -64,7 +64,7 @@ def make_random_inputs(method: Method, seed: int,
     import torch
 
     from exirc.cli.random_shapes import random_shapes
-    from exirc.runtime.arenas import available_memory
+    from exirc.runtime.machine import available_memory
 
     specs = method.inputs
     shapes = random_shapes(method.name, specs, method.shapes, requested)

@@ -12,8 +12,8 @@ from exirc.cli.stdio import is_stdio, write_stdout_through_file
 if TYPE_CHECKING:
     import numpy
 
-    from exirc.runtime.method import Method
-    from exirc.runtime.profile import Profile
+    from exirc.runtime.core.method import Method
+    from exirc.runtime.core.profile import Profile
 
 _SUMMARY_VALUES = 6  # the first values of each output the summary shows
 
@@ -30,7 +30,7 @@ def summary(method: Method, outputs: list[Any]) -> str:
 def _describe(name: str, value: Any) -> list[str]:
     import torch
 
-    from exirc.runtime.arenas import SCALAR_TYPES
+    from exirc.runtime.core.arenas import SCALAR_TYPES
 
     if not isinstance(value, torch.Tensor):
         return [f"  {name}: {value!r}"]
@@ -104,12 +104,20 @@ def _to_numpy(value: Any) -> numpy.ndarray[Any, Any] | None:
 SLOWEST_SHOWN = 10  # instructions in --profile's table of the slowest
 
 
+def plain_runs(method: Method) -> str:
+    """How plain runs of `method` go: the engine that runs it whole, or the
+    interpreter, then where its delegates run."""
+    if method.engine != "reference" or not method.delegate_engines:
+        return method.execution
+    return f"{method.execution}; delegates on {', '.join(method.delegate_engines)}"
+
+
 def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profile | None,
                 execution: str = "") -> str:
     """What the text output says of the runs' times: the latency statistics of
     several runs, and with a profile its tables ("" for one plain run); then how
-    plain runs go (`execution`, `Method.execution`: a profiled run always goes
-    instruction by instruction, which a fused method's plain runs do not)."""
+    plain runs go (`execution`, `Method.execution`; a profiled run goes the same
+    way: a method an engine runs whole is one row of the profile)."""
     parts = []
     if len(seconds) > 1:
         parts.append(latency_text(seconds, warmup, threads, profile is not None))
@@ -126,7 +134,7 @@ def timing_text(seconds: list[float], warmup: int, threads: int, profile: Profil
 def latency_text(seconds: list[float], warmup: int, threads: int, profiled: bool) -> str:
     """`--repeat`'s statistics: how many runs, after how many warm-up runs, on how
     many threads, then mean, std, min, median, p90 and max."""
-    from exirc.runtime.profile import latency_stats
+    from exirc.runtime.core.profile import latency_stats
 
     stats = latency_stats(seconds)
     runs = f"{len(seconds)}{' profiled' if profiled else ''} run{_s(len(seconds))}"
@@ -183,7 +191,7 @@ def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float]
     operator (`profile`) and per instruction that ran (`instructions`, in
     program order)."""
     from exirc.cli.json_output import output_facts
-    from exirc.runtime.profile import latency_stats
+    from exirc.runtime.core.profile import latency_stats
 
     body: dict[str, Any] = {
         "program": path, "method": method.name, "inputs": len(method.inputs),
@@ -193,6 +201,8 @@ def run_body(path: str, method: Method, outputs: list[Any], seconds: list[float]
         "latency_ms": latency_stats(seconds) if len(seconds) > 1 else None,
         "outputs_file": None if output is None else ("-" if is_stdio(output) else output),
         "execution": method.execution,
+        "engine": method.engine,
+        "delegate_engines": method.delegate_engines,
     }
     if profile is not None:
         body["profile"] = profile.rows()

@@ -23,8 +23,8 @@ import click
 from exirc.errors import UsageError
 
 if TYPE_CHECKING:
-    from exirc.runtime.method import Method
-    from exirc.runtime.profile import Profile
+    from exirc.runtime.core.method import Method
+    from exirc.runtime.core.profile import Profile
 
 DEFAULT_THREADS = 1
 MAX_THREADS = 1024  # beyond any machine's cores; a typo's 10**9 threads would fail to start

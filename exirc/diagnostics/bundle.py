@@ -30,7 +30,7 @@ from exirc.serialize.bundled_cases import (
 )
 
 if TYPE_CHECKING:
-    from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.core.loader import LoadedProgram
 
 
 # ---------------------------------------------------------------------------

@@ -35,13 +35,14 @@ from exirc.diagnostics.compare import (
     worst,
 )
 from exirc.diagnostics.divergence import PLANNED, Divergence, describe_failure
+from exirc.diagnostics.engine_check import engine_mismatch
 from exirc.diagnostics.localize import first_divergence
 from exirc.diagnostics.reference import Reference, ReferenceCase, prepare
 from exirc.diagnostics.tolerance import DEFAULT_TOLERANCE
 from exirc.errors import InputError, VerificationError
+from exirc.runtime.core.method import DEFAULT_MAX_STEPS
 from exirc.runtime.errors import ExecutionError
-from exirc.runtime.kernels import KERNELS, KernelRegistry
-from exirc.runtime.method import DEFAULT_MAX_STEPS
+from exirc.runtime.kernels.registry import KERNELS, KernelRegistry
 from exirc.serialize.bundled_cases import Bundle
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
     from exirc.capture import MethodSource
     from exirc.compiler import CompileResult
-    from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.core.loader import LoadedProgram
 
 __all__ = ["CaseResult", "Tolerance", "VerificationReport", "bundle_references", "prepare",
            "user_outputs", "verify_compiled", "verify_result"]
@@ -83,10 +84,12 @@ class CaseResult:
 class VerificationReport:
     tolerance: Tolerance
     cases: list[CaseResult] = field(default_factory=list)
+    # Where the reference matches eager but an engine `exirc run` would use does not.
+    engine_problem: str | None = None
 
     @property
     def ok(self) -> bool:
-        return all(case.ok for case in self.cases)
+        return all(case.ok for case in self.cases) and self.engine_problem is None
 
     @property
     def outputs_compared(self) -> int:
@@ -112,6 +115,8 @@ class VerificationReport:
     def failure_message(self) -> str:
         """What differs, and for each failing method where it starts diverging."""
         failed = [case for case in self.cases if not case.ok]
+        if not failed and self.engine_problem is not None:
+            return self.engine_problem
         lines = []
         for case in failed:
             label = case.case.label if len(self.cases) > 1 else f"method {case.case.method!r}"
@@ -127,6 +132,10 @@ class VerificationReport:
         return "\n".join(lines)
 
     def hint(self) -> str | None:
+        if self.engine_problem is not None and all(case.ok for case in self.cases):
+            return ("the optional engine is wrong, not the program: run it on the reference "
+                    "interpreter (`exirc run --engine reference`, EXIRC_ENGINE=reference) "
+                    "and report the engine's mismatch")
         divergence = next((c.divergence for c in self.cases if c.divergence is not None), None)
         if divergence is None:
             return None  # VerificationError's default
@@ -164,7 +173,7 @@ def verify_result(result: CompileResult, references: dict[str, Reference], *,
     from exirc.runtime import load
 
     registry = kernels or KERNELS
-    program = load(result.data, kernels=registry, max_steps=max_steps)
+    program = load(result.data, kernels=registry, max_steps=max_steps, engine="reference")
     report = VerificationReport(tolerance)
     for name, reference in references.items():
         planned = result.planned[name]
@@ -185,6 +194,12 @@ def verify_result(result: CompileResult, references: dict[str, Reference], *,
                         f"{case.call} call{'s' if case.call > 1 else ''} differs from the "
                         "model's buffers, so an update of a buffer is lost or applied wrongly)")
             report.cases.append(checked)
+    if report.ok:
+        positions = {name: user_outputs(result.planned[name],
+                                        len(program.method(name).output_values))
+                     for name in references}
+        report.engine_problem = engine_mismatch(result.data, references, positions, tolerance,
+                                                registry, max_steps)
     return report
 
 

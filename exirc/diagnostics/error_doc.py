@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# What each process exit code means (also in README.md and exirc/errors.py).
+# What each process exit code means (also in docs/cli.md and exirc/errors.py).
 EXIT_CODES: dict[int, str] = {
     0: "success",
     1: "internal error",

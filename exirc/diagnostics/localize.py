@@ -44,13 +44,13 @@ from exirc.diagnostics.node_context import NodeContext
 from exirc.diagnostics.planned_reference import Recorded, record_planned
 from exirc.ir.source import source_location
 from exirc.plan.ops import is_alloc, is_out_form
-from exirc.runtime.kernels import KernelRegistry, operator_key
+from exirc.runtime.kernels.registry import KernelRegistry, operator_key
 from exirc.serialize import program as P
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
-    from exirc.runtime.loader import LoadedProgram
+    from exirc.runtime.core.loader import LoadedProgram
 
 
 def first_divergence(program: LoadedProgram, method: str, planned: ExportedProgram,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from exirc.diagnostics.reference import Reference
     from exirc.quantize import QuantizeConfig
     from exirc.quantize.weight_only import QuantizedWeight
-    from exirc.runtime.kernels import KernelRegistry
+    from exirc.runtime.kernels.registry import KernelRegistry
 
 
 @dataclass(frozen=True)
@@ -112,11 +112,11 @@ def measure(result: CompileResult, quantized: Quantized,
     compiled program, run by exirc's runtime on the calibration inputs."""
     from exirc.diagnostics.eager_check import user_outputs
     from exirc.runtime import load
-    from exirc.runtime.kernels import KERNELS
+    from exirc.runtime.kernels.registry import KERNELS
 
     report = quantized.report
     report.weight_bytes = stored_weight_bytes(result)
-    program = load(result.data, kernels=kernels or KERNELS)
+    program = load(result.data, kernels=kernels or KERNELS, engine="reference")
     worst: dict[tuple[str, int], tuple[float, float, float]] = {}  # signal, noise, max
     for name, reference in quantized.float_references.items():
         method = program.method(name)

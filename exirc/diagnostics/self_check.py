@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from exirc.capture import MethodSource
     from exirc.compiler import CompileOptions, CompileResult
     from exirc.diagnostics.reference import Reference
-    from exirc.runtime.kernels import KernelRegistry
+    from exirc.runtime.kernels.registry import KernelRegistry
 
 
 def check_options(options: CompileOptions) -> None:

@@ -7,6 +7,8 @@ then makes the views functional.
 
 from __future__ import annotations
 
+import os
+import traceback
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -15,6 +17,7 @@ import torch
 
 from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
 from exirc.edge.ops import is_edge_op
+from exirc.errors import ModelError
 from exirc.ir.control_flow import all_nodes
 from exirc.passes.contract import Pass, PassResult
 
@@ -42,16 +45,70 @@ class ToEdge(Pass):
             # torch warns about its own internals here (pytree's LeafSpec), which
             # says nothing to a user and would be the first line of `-v` output.
             warnings.simplefilter("ignore", FutureWarning)
-            program = program.run_decompositions(table)
+            program = _decompose(program, table)
             # torch's default table keeps some non-core ops (linalg_vector_norm)
             # that another of its decompositions lowers to core ops. Use those,
             # one op at a time, and only when the result is core ATen: a lowering
             # to `prims` would hide the user's op behind one they never wrote.
             for op, decomposition in _decomposable_leftovers(program).items():
-                candidate = program.run_decompositions({op: decomposition})
+                candidate = _decompose(program, {op: decomposition})
                 if _core_only(candidate):
                     program = candidate
         return PassResult(program, changed=True)
+
+
+class TorchDecompositionError(ModelError):
+    """torch's own decomposition of an exported program failed, inside torch."""
+
+    code = "E0313"
+    default_hint = ("simplify the construct torch fails on, or report it to PyTorch with the "
+                    "--debug traceback; ExecuTorch's to_edge runs the same torch function")
+
+
+def _decompose(program: ExportedProgram, table: dict[Any, Any]) -> ExportedProgram:
+    """`program.run_decompositions(table)`; a failure there that is not in a
+    decomposition of exirc's is a TorchDecompositionError naming where it happened."""
+    try:
+        return program.run_decompositions(table)
+    except Exception as error:
+        frame = _innermost_frame(error)
+        if frame is None or _is_exirc(frame.filename):
+            raise  # ours: the pass runner reports it as a bug of exirc
+        relative = _torch_relative(frame.filename)
+        inside = "inside torch" if relative.startswith("torch" + os.sep) \
+            else "in code torch called"
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise TorchDecompositionError(
+            f"torch could not decompose the exported program: {type(error).__name__}: "
+            f"{first} (the failure is {inside}, not in exirc: torch {torch.__version__}'s "
+            f"torch.export.ExportedProgram.run_decompositions, at {relative}:{frame.lineno} "
+            f"in {frame.name})",
+            hint="a common cause is an in-place write into a tensor the model reaches "
+                 "through a plain Python object instead of a registered buffer: register it "
+                 "with register_buffer(name, tensor, persistent=False). Otherwise simplify "
+                 "the construct torch fails on, or report it to PyTorch with the --debug "
+                 "traceback (ExecuTorch's to_edge calls the same torch function)") from error
+
+
+def _innermost_frame(error: BaseException) -> traceback.FrameSummary | None:
+    frames = traceback.extract_tb(error.__traceback__)
+    return frames[-1] if frames else None
+
+
+def _is_exirc(filename: str) -> bool:
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.abspath(filename).startswith(package + os.sep)
+
+
+def _torch_relative(filename: str) -> str:
+    """`torch/_functorch/...py` for a file inside torch's package, else the path
+    (relative to the working directory when it is under it)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+    path = os.path.abspath(filename)
+    if path.startswith(root + os.sep):
+        return os.path.relpath(path, root)
+    here = os.getcwd()
+    return os.path.relpath(path, here) if path.startswith(here + os.sep) else filename
 
 
 def _non_core_targets(program: ExportedProgram) -> set[Any]:

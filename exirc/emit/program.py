@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch.fx import Node
 
 from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.emit import delegates
+from exirc.emit.constant_methods import constant_plan
 from exirc.emit.constants import ConstantTable
 from exirc.emit.io_names import method_io_names
 from exirc.emit.method import MethodEmitter
@@ -36,9 +38,10 @@ def emit_program(methods: dict[str, ExportedProgram]) -> P.Program:
     return emit_methods(methods).program
 
 
-def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
+def emit_methods(methods: dict[str, ExportedProgram],
+                 constant_methods: Mapping[str, Any] | None = None) -> EmittedProgram:
     """Out-variant, memory-planned methods -> the program model, and where each
-    instruction comes from."""
+    instruction comes from; `constant_methods` (name -> value) follow the methods."""
     constants = ConstantTable()
     program = P.Program()
     delegated: list[tuple[P.ExecutionPlan, list[LoweredDelegate]]] = []
@@ -71,6 +74,8 @@ def emit_methods(methods: dict[str, ExportedProgram]) -> EmittedProgram:
     # runtime can give them all the same memory (shared state).
     for plan in stateful:
         plan.non_const_buffer_sizes.append(round_up(state_bytes, STATE_ALIGNMENT))
+    for name, value in (constant_methods or {}).items():
+        program.execution_plan.append(constant_plan(name, value))
     constants.attach(program)
     for plan, lowered in delegated:
         delegates.attach(program, plan, lowered)

@@ -2,7 +2,7 @@
 
 `describe(program_file)` is the single source of the inspector's facts: the
 text views render it and `exirc inspect --json` prints it. Its shape is
-versioned by `FORMAT_VERSION`; README.md documents it. Add keys freely;
+versioned by `FORMAT_VERSION`; docs/format.md documents it. Add keys freely;
 renaming or removing one is a new version.
 """
 
@@ -22,7 +22,7 @@ from exirc.inspector.delegates import (
     program_payloads,
     weight_segments,
 )
-from exirc.inspector.lazy_json import Lazy
+from exirc.inspector.lazy_json import SLOT, Lazy, Template
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
 from exirc.inspector.quantization import quantization_facts
 from exirc.serialize import ProgramFile, io_names, symbolic_shapes
@@ -33,6 +33,10 @@ from exirc.serialize.symbolic_shapes import MethodShapes
 
 FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1
+
+# An entry of a method's `memory_plan.buffers`: a plan can list a hundred
+# thousand, so each is filled into a template rather than walked as a dict.
+_BUFFER = Template({"id": SLOT, "bytes": SLOT})
 
 
 def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
@@ -182,14 +186,15 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
         "symbols": {name: {"min": r.lower, "max": r.upper}
                     for name, r in (shapes.symbols.items() if shapes else [])},
         "chains": len(plan.chains),
+        "constant": constant_value(plan),
         "instruction_count": instruction_count,
         "kernel_calls": sum(calls.values()),
         "operators": Lazy(len(plan.operators), lambda: (
             {"index": i, "name": op.name, "overload": op.overload, "calls": calls.get(i, 0)}
             for i, op in enumerate(plan.operators))),
         "memory_plan": {
-            "buffers": Lazy(buffers, lambda: ({"id": i, "bytes": size}
-                                              for i, size in enumerate(sizes) if i > 0 or size)),
+            "buffers": _BUFFER.rows(buffers, lambda: ((i, size) for i, size in enumerate(sizes)
+                                                      if i > 0 or size)),
             "total_bytes": sum(sizes),
             "planned_tensors": sum(1 for v in plan.values
                                    if isinstance(v, P.Tensor) and v.allocation_info),
@@ -200,6 +205,23 @@ def describe_plan(program: P.Program, plan: P.ExecutionPlan,
         "values": {"count": len(plan.values), "kinds": dict(sorted(value_kinds.items()))},
         "instructions": Lazy(instruction_count, lambda: _instructions(plan, context, modules)),
     }
+
+
+_SCALARS = {P.Int: "int_val", P.Double: "double_val", P.Bool: "bool_val",
+            P.String: "string_val"}
+
+
+def constant_value(plan: P.ExecutionPlan) -> Any:
+    """What a constant method returns (no inputs, no work, scalar outputs: what
+    `constant_methods` make), or None for any other method."""
+    if plan.inputs or plan.delegates or not plan.outputs or \
+            any(chain.instructions for chain in plan.chains) or \
+            not all(0 <= i < len(plan.values) and type(plan.values[i]) in _SCALARS
+                    for i in plan.outputs):
+        return None
+    values = [getattr(plan.values[i], _SCALARS[type(plan.values[i])]) for i in plan.outputs]
+    spec = plan.container_meta_type.encoded_out_str if plan.container_meta_type else ""
+    return values if "builtins.list" in spec or len(values) != 1 else values[0]
 
 
 def _instructions(plan: P.ExecutionPlan, context: ListingContext,

@@ -7,12 +7,18 @@ the long parts of the document are `Lazy` lists, which make their items one
 at a time, and `write_json` streams the document: each item is made,
 encoded and written, then dropped.
 
+A hostile or generated file can also hold a hundred thousand items that
+differ in a number or two (empty arenas, the buffers of a plan): those are
+`Template.rows` lists: the text of their dicts is made once per indent
+level, and each item only has its numbers put in, instead of being walked.
+
 The text is exactly what `json.dumps(document, indent=2)` would print for
 the same data, so readers see no difference.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
@@ -75,6 +81,103 @@ class Lazy(Generic[T]):
         return f"Lazy({self.count} items)"
 
 
+class _Slot:
+    """The marker of a `Template` field that each row fills."""
+
+    def __repr__(self) -> str:
+        return "SLOT"
+
+
+SLOT: Any = _Slot()
+
+# What a slot is written as while a template's text is made: a string no
+# document holds, replaced by `%s` afterwards.
+_SLOT_MARK = "\x00slot\x00"
+
+
+class Template:
+    """Dicts that share their keys and all their values but a few scalars.
+
+    `Template({"id": SLOT, "bytes": SLOT, "tensors": []})` describes them;
+    a row `(3, 512)` is one of them, with 3 and 512 in its slots (in key
+    order). The writer makes the template's text once per indent level and
+    writes each row as that text with its values put in (`Rows`).
+    """
+
+    __slots__ = ("fields", "slots", "_texts")
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self.fields = dict(fields)
+        self.slots = tuple(key for key, value in self.fields.items() if value is SLOT)
+        self._texts: dict[int, str] = {}
+
+    def rows(self, count: int, make: Callable[[], Iterable[Any]]) -> Rows:
+        """A Lazy list of `count` items, most of them this template's dicts:
+        `make` yields each of those as the tuple of its slot values, and any
+        other item (a dict of another shape) as itself."""
+        return Rows(count, self, make)
+
+    def text(self, level: int) -> str:
+        """The dicts' text at indent `level`, with `%s` for each slot."""
+        text = self._texts.get(level)
+        if text is None:
+            marked = {key: _SLOT_MARK if value is SLOT else value
+                      for key, value in self.fields.items()}
+            out = io.StringIO()
+            writer = _Writer(out)
+            writer.value(marked, level)
+            writer.flush()
+            text = out.getvalue().replace("%", "%%").replace(_string(_SLOT_MARK), "%s")
+            self._texts[level] = text
+        return text
+
+
+class Filled(Mapping[str, Any]):
+    """A `Template`'s dict with its slots filled: what iterating `Rows` gives
+    any reader, as a read-only mapping."""
+
+    __slots__ = ("template", "row")
+
+    def __init__(self, template: Template, row: tuple[Any, ...]) -> None:
+        self.template = template
+        self.row = row  # the values of the slots, in key order
+
+    def _dict(self) -> dict[str, Any]:
+        whole = dict(self.template.fields)
+        whole.update(zip(self.template.slots, self.row, strict=True))
+        return whole
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.template.fields)
+
+    def __len__(self) -> int:
+        return len(self.template.fields)
+
+    def __repr__(self) -> str:
+        return f"Filled({self._dict()!r})"
+
+
+class Rows(Lazy[Any]):
+    """`Template.rows`: iterated, its tuples are `Filled` dicts; the writer
+    puts them into the template's text without making them."""
+
+    __slots__ = ("template", "make_rows")
+
+    def __init__(self, count: int, template: Template, make: Callable[[], Iterable[Any]]
+                 ) -> None:
+        super().__init__(count, self._items)
+        self.template = template
+        self.make_rows = make
+
+    def _items(self) -> Iterator[Any]:
+        template = self.template
+        for row in self.make_rows():
+            yield Filled(template, row) if type(row) is tuple else row
+
+
 def materialize(document: Any) -> Any:
     """`document` with every `Lazy` list made into a plain list (for tests and
     small programs; the CLI streams instead)."""
@@ -121,6 +224,9 @@ class _Writer:
         scalar = _scalar(value)
         if scalar is not None:
             self.text(scalar)
+        elif type(value) is Rows:
+            self.container("[", "]", value.make_rows(), level, keyed=False,
+                           template=value.template)
         elif isinstance(value, Mapping):
             flat = _flat_mapping(value, level)
             if flat is not None:
@@ -137,19 +243,34 @@ class _Writer:
             self.text(text.replace("\n", "\n" + _INDENT * level) if level else text)
 
     def container(self, opening: str, closing: str, items: Iterable[Any], level: int, *,
-                  keyed: bool) -> None:
+                  keyed: bool, template: Template | None = None) -> None:
+        """The items between `opening` and `closing`, a line each; with a
+        `template`, a tuple item is a row of it (`Rows`)."""
         inner = "\n" + _INDENT * (level + 1)
         separator = opening + inner
         parts = self.parts
+        filled = ""  # the template's text, made at the first row (a list may have none)
         for item in items:
             parts.append(separator)
             separator = "," + inner
             if keyed:
                 key, item = item
                 parts.append((_string(key) if type(key) is str else _string(_key(key))) + ": ")
-            scalar = _scalar(item)
-            if scalar is not None:
-                parts.append(scalar)
+            if template is not None and type(item) is tuple:
+                filled = filled or template.text(level + 1)
+                # Inline, for ints (most slots: their own text for %s); else by `_fill`.
+                for value in item:
+                    if type(value) is not int:
+                        text = _fill(filled, item)
+                        break
+                else:
+                    text = filled % item
+                if text is None:  # a slot holds more than a scalar: walk the dict
+                    item = dict(Filled(template, item))
+            else:
+                text = _scalar(item)
+            if text is not None:
+                parts.append(text)
             else:
                 self.value(item, level + 1)
             if len(parts) >= _FLUSH_AT:
@@ -161,6 +282,13 @@ class _Writer:
 
 
 _string = json.encoder.encode_basestring_ascii
+
+
+def _fill(text: str, values: tuple[Any, ...]) -> str | None:
+    """A template's `text` with `values` in its slots; None if a value is not
+    a scalar."""
+    texts = tuple(map(_scalar, values))
+    return None if None in texts else text % texts
 
 
 def _scalar_list(value: Any, level: int) -> str | None:

@@ -25,6 +25,7 @@ regions is bounded work (past it the report says the check was cut short).
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy
 
-from exirc.inspector.lazy_json import Lazy
+from exirc.inspector.lazy_json import SLOT, Lazy, Template
 from exirc.inspector.listing import instruction_text, source_of
 from exirc.inspector.planned_regions import Array, Block, PlannedRegions, PlannedTensor
 from exirc.inspector.value_lifetimes import Lifetime, lifetimes, loop_ranges
@@ -228,9 +229,14 @@ class MethodMemory:
         self._planned = planned
         self._sizes = sizes
         self._ranges = planned.arena_ranges()
+        # Whether each arena has planned tensors (a byte each: cheaper than a set).
+        self._with_tensors = bytearray(len(sizes))
+        for memory_id in self._ranges.ids.data:
+            if memory_id < len(sizes):
+                self._with_tensors[memory_id] = 1
         # Arenas with bytes or tensors (entry 0 is reserved and normally empty).
         self.arena_ids = array("q", (i for i, size in enumerate(sizes)
-                                     if size or i in self._ranges))
+                                     if size or self._with_tensors[i]))
         self.planned_tensors = len(planned.value)
         self.warnings: list[OverlapWarning] = []
         self.warning_count = 0
@@ -289,12 +295,35 @@ class MethodMemory:
             "instruction_count": self.instruction_count,
             "loops": [list(loop) for loop in self.loops],
             "lifetimes_approximate": self.lifetimes_approximate,
-            "arenas": Lazy(len(self.arena_ids), lambda: (
-                self.arena(i).to_json(per_position=per_position) for i in self.arena_ids)),
+            "arenas": empty_arena_template(max(self.instruction_count, 1), per_position).rows(
+                len(self.arena_ids), lambda: self._arenas_json(per_position)),
             "warnings": [w.message for w in self.warnings[:MAX_WARNINGS]],
             "warning_count": self.warning_count,
             "warnings_complete": self.warnings_complete,
         }
+
+    def _arenas_json(self, per_position: bool) -> Iterator[dict[str, Any] | tuple[int, ...]]:
+        """Each arena's JSON; an arena no tensor is planned in (a plan can list
+        a hundred thousand) as its row of `empty_arena_template`, unanalysed."""
+        sizes, with_tensors = self._sizes, self._with_tensors
+        for i in self.arena_ids:
+            if with_tensors[i]:
+                yield self.arena(i).to_json(per_position=per_position)
+            else:  # listed because it has bytes, all of them wasted
+                yield i, sizes[i], sizes[i]
+
+
+def empty_arena_template(positions: int, per_position: bool) -> Template:
+    """`ArenaReport.to_json` of an arena of some bytes where no tensor is
+    planned: nothing is ever live in it, so all of it is wasted. Its rows are
+    (memory_id, size, wasted_bytes)."""
+    zeros = Lazy(positions, lambda: itertools.repeat(0, positions))
+    return Template({
+        "memory_id": SLOT, "size": SLOT, "peak_bytes": 0, "peak_position": None,
+        "peak_instruction": None, "fragmentation": 1.0, "wasted_bytes": SLOT,
+        "planned_tensors": 0, "largest_at_peak": [], "tensors": [],
+        "live_bytes": zeros if per_position else None, "live_steps": [],
+    })
 
 
 def block_names(block: Block) -> str:

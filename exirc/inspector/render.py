@@ -120,7 +120,15 @@ def summary_lines(info: dict[str, Any], bold: Style) -> Iterator[str]:
             + " (run them with `exirc run --check`)")
 
 
+_MAX_CONSTANT = 200  # characters of a constant method's value shown
+
+
 def _render_method(m: dict[str, Any], bold: Style) -> Iterator[str]:
+    if m.get("constant") is not None:
+        value = repr(m["constant"])
+        value = value if len(value) <= _MAX_CONSTANT else value[:_MAX_CONSTANT] + "..."
+        yield bold(f"method {clean(m['name'])}: ") + f"constant {clean(value)}"
+        return
     yield (bold(f"method {clean(m['name'])}: ") +
            f"{plural(m['instruction_count'], 'instruction')} in "
            f"{plural(m['chains'], 'chain')}, {plural(m['kernel_calls'], 'kernel call')}, "

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
-from torch.export.graph_signature import InputKind, TensorArgument
+from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from exirc.ir.meta import set_state_slot, state_slot
 from exirc.serialize import program as P
@@ -71,14 +71,15 @@ def plan_state(methods: dict[str, ExportedProgram]) -> StateLayout:
     """
     by_tensor: dict[int, str] = {}  # id(tensor) -> state name
     for program in methods.values():
+        adopt_written_constants(program)
         for target in _written_buffers(program):
-            tensor = program.state_dict.get(target)
-            if isinstance(tensor, torch.Tensor):
+            tensor = buffer_value(program, target)
+            if tensor is not None:
                 by_tensor.setdefault(id(tensor), target)
     layout = StateLayout()
     for program in methods.values():
         for node, target in _buffer_placeholders(program):
-            tensor = program.state_dict.get(target)
+            tensor = buffer_value(program, target)
             name = by_tensor.get(id(tensor)) if isinstance(tensor, torch.Tensor) else None
             if name is None:
                 continue
@@ -91,6 +92,57 @@ def plan_state(methods: dict[str, ExportedProgram]) -> StateLayout:
                 layout.arena_bytes += -(-nbytes // STATE_ALIGNMENT) * STATE_ALIGNMENT
             set_state_slot(node, slot)
     return layout
+
+
+def buffer_value(program: ExportedProgram, target: str) -> torch.Tensor | None:
+    """The tensor a buffer placeholder lifts, persistent or not.
+
+    torch.export keeps a buffer registered with `persistent=False` (the KV
+    caches of ExecuTorch's llama and of transformers' static-cache wrapper) in
+    `constants`, not in `state_dict`; both are the module's own tensor, so the
+    same buffer seen by two methods is one tensor either way.
+    """
+    tensor = program.state_dict.get(target)
+    if tensor is None:
+        tensor = program.constants.get(target)
+    return tensor if isinstance(tensor, torch.Tensor) else None
+
+
+def adopt_written_constants(program: ExportedProgram) -> None:
+    """ATen -> ATen: tensor constants the method writes become buffers.
+
+    torch.export lifts a tensor the model reaches through a plain Python object
+    (transformers' `StaticCache` keeps its layers' caches so) as a constant,
+    even when the same tensor is also a registered buffer; an in-place write to
+    a constant then fails inside torch's decomposition. Such a write makes the
+    tensor state: its placeholder becomes the buffer holding the same tensor
+    (one state under the buffer's name), or a non-persistent buffer of its own.
+    """
+    specs = program.graph_signature.input_specs
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    buffer_nodes = {id(tensor): placeholders[spec.arg.name] for spec in specs
+                    if spec.kind == InputKind.BUFFER and isinstance(spec.arg, TensorArgument)
+                    and spec.target is not None
+                    and (tensor := buffer_value(program, spec.target)) is not None}
+    adopted: list[InputSpec] = []
+    changed = False
+    for spec in specs:
+        node = placeholders.get(spec.arg.name) if isinstance(spec.arg, TensorArgument) else None
+        if spec.kind != InputKind.CONSTANT_TENSOR or node is None or spec.target is None \
+                or not _written(node):
+            adopted.append(spec)
+            continue
+        changed = True
+        buffer = buffer_nodes.get(id(program.constants.get(spec.target)))
+        if buffer is None:
+            adopted.append(InputSpec(InputKind.BUFFER, spec.arg, spec.target, persistent=False))
+            continue
+        node.replace_all_uses_with(buffer)
+        program.graph.erase_node(node)
+        program.constants.pop(spec.target, None)
+    if changed:
+        specs[:] = adopted
+        program.graph_module.recompile()
 
 
 def is_stateful(program: ExportedProgram) -> bool:
@@ -111,10 +163,13 @@ def _written_buffers(program: ExportedProgram) -> set[str]:
     """Buffers the program writes: functional mutation outputs (after
     decomposition), or in-place ops on the buffer (torch.export's ATen graph)."""
     written = set(program.graph_signature.buffers_to_mutate.values())
-    for node, target in _buffer_placeholders(program):
-        if any(_writes(user, alias) for alias in _aliases(node) for user in alias.users):
-            written.add(target)
+    written.update(target for node, target in _buffer_placeholders(program) if _written(node))
     return written
+
+
+def _written(node: Node) -> bool:
+    """Whether an in-place op writes `node` or a view of it."""
+    return any(_writes(user, alias) for alias in _aliases(node) for user in alias.users)
 
 
 def _aliases(node: Node) -> list[Node]:

@@ -107,8 +107,9 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
         from torchao.quantization.pt2e import move_exported_model_to_eval
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     except ImportError as error:
-        raise UsageError("--quantize int8 needs torchao's pt2e quantization",
-                         hint="pip install torchao==0.18.0") from error
+        raise UsageError("--quantize int8 needs torchao's pt2e quantization, which is not "
+                         "installed", hint="install exirc's quantize extra: "
+                                           "pip install 'exirc[quantize]'") from error
     from exirc.quantize.quantizer import make_quantizer
 
     dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default

@@ -14,19 +14,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from exirc.runtime.delegates import register_backend
-    from exirc.runtime.inputs import InputSpec
-    from exirc.runtime.kernels import register_kernel
-    from exirc.runtime.loader import LoadedProgram, load
-    from exirc.runtime.method import Method
-    from exirc.runtime.profile import Profile
+    from exirc.runtime.core.inputs import InputSpec
+    from exirc.runtime.core.loader import LoadedProgram, load
+    from exirc.runtime.core.method import Method
+    from exirc.runtime.core.profile import Profile
+    from exirc.runtime.delegates.registry import register_backend
+    from exirc.runtime.kernels.registry import register_kernel
 
 __all__ = ["InputSpec", "LoadedProgram", "Method", "Profile", "load", "register_backend",
            "register_kernel"]
 
 _HOMES = {
-    "load": "loader", "LoadedProgram": "loader", "Method": "method", "InputSpec": "inputs",
-    "register_kernel": "kernels", "register_backend": "delegates", "Profile": "profile",
+    "load": "core.loader", "LoadedProgram": "core.loader", "Method": "core.method",
+    "InputSpec": "core.inputs", "register_kernel": "kernels.registry",
+    "register_backend": "delegates.registry", "Profile": "core.profile",
 }
 
 

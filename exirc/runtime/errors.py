@@ -23,10 +23,11 @@ class ExecutionError(ExircError):
 
 class StepLimitError(ExecutionError):
     """A run used up its budget (a loop that does not end): more steps than its
-    step limit, where an instruction a loop repeats counts by its work, or more
-    wall-clock time in loops than the limit allows (see `exirc.runtime.method`)."""
+    step limit, where an instruction a loop repeats counts by its work, more
+    CPU time in loops than the step limit allows, or more wall-clock time than
+    the caller's limit (see `exirc.runtime.core.method` and `loop_clocks`)."""
 
     code = "E0341"
     default_hint = ("if the program really loops this long, raise the limit "
                     "(`exirc run --max-steps N`, or `load(..., max_steps=N)`), which also "
-                    "raises the time allowed for loops")
+                    "raises the CPU time allowed for loops")

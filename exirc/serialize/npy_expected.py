@@ -9,7 +9,7 @@ declaring a 1.25 GiB array of the wrong shape is never decompressed. What
 passes is bounded by the signature, and is then read through streams that
 stop at that size.
 
-The checks and their messages are the runtime's (`exirc.runtime.inputs`),
+The checks and their messages are the runtime's (`exirc.runtime.core.inputs`),
 applied to header shapes instead of arrays: dtype, rank and shape of each
 input, then the dims shared through symbols across inputs (`symbolic_shapes`)
 and their planned bounds. The runtime checks the arrays again once read.

@@ -13,10 +13,10 @@ from torch import nn
 
 from exirc.backend import attention as compiler_attention
 from exirc.compiler import CompileOptions, compile_module
-from exirc.runtime import attention_kernels as runtime_attention
 from exirc.runtime import load
 from exirc.runtime.errors import ExecutionError
-from exirc.runtime.kernels import KERNELS
+from exirc.runtime.kernels import attention as runtime_attention
+from exirc.runtime.kernels.registry import KERNELS
 
 
 class Attention(nn.Module):

@@ -24,7 +24,7 @@ from exirc.edge.to_edge import ToEdge
 from exirc.edge.verify import verify_edge
 from exirc.edge.views_to_copies import ViewsToCopies
 from exirc.errors import DialectError, UsageError
-from exirc.runtime.kernels import KERNELS
+from exirc.runtime.kernels.registry import KERNELS
 from tests.oracle import MLP
 
 aten = torch.ops.aten

@@ -29,7 +29,7 @@ from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from exirc.targets import pipeline_text
 from tests.oracle import requires_executorch, run_with_executorch
-from tests.runtime.test_interpreter import build, planned
+from tests.runtime.core.test_interpreter import build, planned
 
 aten = torch.ops.aten
 VOCAB, HIDDEN = 96, 16

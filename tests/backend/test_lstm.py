@@ -12,9 +12,9 @@ from torch import nn
 from exirc.backend import lstm as compiler_lstm
 from exirc.compiler import CompileOptions, compile_module
 from exirc.runtime import load
-from exirc.runtime import recurrent_kernels as runtime_lstm
 from exirc.runtime.errors import ExecutionError
-from exirc.runtime.kernels import KERNELS
+from exirc.runtime.kernels import recurrent as runtime_lstm
+from exirc.runtime.kernels.registry import KERNELS
 from tests.models.zoo import flatten_outputs
 
 

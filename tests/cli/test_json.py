@@ -85,8 +85,9 @@ def test_run_json_outputs_and_latency(add_pte: Path) -> None:
     latency = info["latency_ms"]
     assert latency["min_ms"] <= latency["median_ms"] <= latency["p90_ms"] <= latency["max_ms"]
     assert info["outputs_file"] is None
-    assert info["execution"] == ("instruction by instruction (not fused: no delegate, and 1 "
-                                 "kernel call: fewer than 4 cost less than a session call)")
+    # The suite runs programs on the reference interpreter (tests/conftest.py).
+    assert info["execution"] == "instruction by instruction (EXIRC_ENGINE='reference')"
+    assert (info["engine"], info["delegate_engines"]) == ("reference", [])
 
 
 def test_run_json_statistics_are_the_outputs(add_pte: Path, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import torch
 
 from exirc.cli.random_shapes import DEFAULT_DIM_CAP, parse_shape_options, random_shapes
 from exirc.errors import InputError, UsageError
-from exirc.runtime.inputs import InputSpec
+from exirc.runtime.core.inputs import InputSpec
 from exirc.serialize.symbolic_shapes import MethodShapes, SymbolRange
 
 # y's size is twice x's first: a relation --random must keep.

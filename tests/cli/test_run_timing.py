@@ -20,7 +20,7 @@ import numpy
 import pytest
 
 from exirc.serialize.writer import serialize
-from tests.runtime.test_interpreter import loop_program
+from tests.runtime.core.test_interpreter import loop_program
 
 STATISTICS = ["mean_ms", "std_ms", "min_ms", "median_ms", "p90_ms", "max_ms"]
 LOOP_CALLS = {"aten::mul.Scalar_out": 1, "aten::add.out": 3, "move": 3,

@@ -131,7 +131,7 @@ def test_success_prints_the_summary_on_stderr_only(capsys: pytest.CaptureFixture
     stages = re.findall(r"(\w+) (\d+\.\d\d) s", lines[1])
     assert lines[1].startswith("  stages: ")
     assert [name for name, _ in stages] == ["capture", "aten", "edge", "backend", "plan",
-                                           "emit", "serialize"]
+                                           "emit", "serialize", "load_check"]
     assert lines[2] == f"  {instructions} instructions, 3 kernel calls"  # addmm, relu, addmm
     # The same arena, peak and fragmentation as `inspect --show memory` shows.
     (method,) = memory_report(program)

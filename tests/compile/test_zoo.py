@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
+from tests.conftest import load_on
 from tests.models.zoo import (
     FAMILIES,
     HAVE_TRANSFORMERS,
@@ -204,12 +205,9 @@ def test_no_two_live_tensors_share_bytes(name: str, target: str) -> None:
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ZOO_NAMES)
-def test_compiled_program_runs_on_exirc_runtime_like_eager(name: str, target: str) -> None:
-    try:
-        from exirc.runtime import load
-    except ImportError as error:
-        pytest.skip(f"exirc's runtime cannot load programs yet: {error}")
+def test_compiled_program_runs_on_exirc_runtime_like_eager(name: str, target: str,
+                                                          engine: str) -> None:
     model = _model(name)
-    program = load(compiled(name, target).data)
+    program = load_on(engine, compiled(name, target).data)
     got = flatten_outputs(program.run("forward", list(model.inputs())))
-    assert_matches_eager(got, model, f"exirc's runtime, target {target}")
+    assert_matches_eager(got, model, f"exirc's runtime ({engine}), target {target}")

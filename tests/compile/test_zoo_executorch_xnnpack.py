@@ -40,21 +40,21 @@ def _model(name: str) -> Any:
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_executorch_xnnpack_file_runs_on_exirc_like_executorch(name: str) -> None:
+def test_executorch_xnnpack_file_runs_on_exirc_like_executorch(name: str, engine: str) -> None:
     from executorch.runtime import Runtime
 
-    from exirc.runtime import load
+    from tests.conftest import load_on
 
     model = _model(name)
     pte, _ = executorch_xnnpack(name)
     inputs = list(model.inputs())
     theirs = Runtime.get().load_program(pte).load_method("forward").execute(
         [t.clone() for t in inputs])
-    ours = load(pte).run("forward", [t.clone() for t in inputs])
+    ours = load_on(engine, pte).run("forward", [t.clone() for t in inputs])
     assert len(ours) == len(theirs)
     for i, (a, b) in enumerate(zip(ours, theirs)):
         torch.testing.assert_close(torch.as_tensor(a), b, rtol=1e-3, atol=1e-4,
-                                   msg=lambda m, i=i: f"{name} output {i}: {m}")
+                                   msg=lambda m, i=i: f"{name} output {i} on {engine}: {m}")
 
 
 def _left_on_portable(program: Any) -> int:

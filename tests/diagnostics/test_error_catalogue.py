@@ -38,7 +38,7 @@ from tests.cli.test_conventions import run
 from tests.compile.test_cli_compile import MLP, NOT_EDGE, RAISES, UNSUPPORTED, write
 from tests.passes.test_pipeline import PLUGIN, portable_with
 from tests.programs import add_constant_program, control_flow_program, index_out_of_range_program
-from tests.runtime.test_interpreter import loop_program
+from tests.runtime.core.test_interpreter import loop_program
 from tests.test_error_codes import _all_error_classes
 
 
@@ -153,6 +153,29 @@ def with_plugin_pass(name: str) -> Callable[[Path, str], list[str]]:
 
     return argv
 
+# A custom op whose decomposition (registered with torch) raises: torch's
+# run_decompositions fails in code it called, not in exirc.
+FAILING_DECOMPOSITION = """\
+import torch
+from torch._decomp import register_decomposition
+
+torch.library.define("exirc_catalogue::twice", "(Tensor x) -> Tensor")
+torch.library.impl("exirc_catalogue::twice", "CompositeExplicitAutograd")(lambda x: x * 2)
+torch.library.register_fake("exirc_catalogue::twice")(lambda x: torch.empty_like(x))
+
+def twice_decomposition(x):
+    raise RuntimeError("twice has no decomposition for this input")
+
+register_decomposition(torch.ops.exirc_catalogue.twice.default)(twice_decomposition)
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.exirc_catalogue.twice(x) + 1
+
+model = Model().eval()
+example_inputs = (torch.randn(2, 3),)
+"""
+
 
 def compile_model(source: str, *options: str) -> Callable[[Path, str], list[str]]:
     """`exirc compile model.py` of `source`, with the default pipeline."""
@@ -240,6 +263,14 @@ CASES = [
          r"\(lower bound \d+ bytes\); largest planned tensors: %\w+ \[2, 16\] float32 "
          r"128 bytes at model\.py:\d+: .+",
          r".*raise --max-arena"),  # the hint's first half depends on the lower bound
+    Case("E0313", 3, compile_model(FAILING_DECOMPOSITION),
+         re.escape("torch could not decompose the exported program: RuntimeError: twice has no "
+                   "decomposition for this input (the failure is in code torch called, not in "
+                   "exirc: torch ") + r"\S+" + re.escape("'s torch.export.ExportedProgram."
+                                                       "run_decompositions, at ")
+         + r"model\.py:9 in twice_decomposition\)",
+         r"a common cause is an in-place write .+register_buffer\(name, tensor, "
+         r"persistent=False\).+--debug traceback.+"),
     Case("E0320", 3, with_plugin_pass("retype_mul"),
          re.escape("node %mul: aten::mul.Tensor does not accept dtypes (self: Float, other: "
                    "Float, __ret_0: Long) at model.py:5: return x * y; ") + ".+",

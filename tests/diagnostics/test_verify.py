@@ -26,7 +26,7 @@ from exirc.diagnostics.divergence import CAPTURED, PLANNED
 from exirc.diagnostics.eager_check import VerificationReport, verify_compiled
 from exirc.errors import UsageError, VerificationError
 from exirc.runtime import load
-from exirc.runtime.kernels import KERNELS, KernelRegistry
+from exirc.runtime.kernels.registry import KERNELS, KernelRegistry
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from tests.compile.test_cli_compile import write

@@ -28,7 +28,7 @@ from exirc.diagnostics.divergence import PLANNED, LocalizeError, describe_failur
 from exirc.diagnostics.eager_check import verify_compiled
 from exirc.diagnostics.tolerance import Tolerance
 from exirc.runtime import load
-from exirc.runtime.kernels import KERNELS, KernelRegistry
+from exirc.runtime.kernels.registry import KERNELS, KernelRegistry
 from tests.compile.test_cli_compile import write
 
 MIXED = """\

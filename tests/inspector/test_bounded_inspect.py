@@ -145,10 +145,10 @@ def test_memory_view_work_is_linear_in_buffers_and_instructions(tmp_path: Path) 
     # Per-arena per-instruction tables made this 20k x 20k = 400M entries.
     path = tmp_path / "wide.pte"
     many_entries.write(many_entries.many_buffers(20_000, instructions=20_000), path)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time, which a busy machine does not stretch
     code = main(["inspect", str(path), "--show", "memory", "--json"])
     assert code == 0
-    assert time.perf_counter() - start < 60  # 2.5 s; gigabytes and minutes before
+    assert time.process_time() - start < 60  # 2.5 s; gigabytes and minutes before
 
 
 def test_a_plan_of_many_loops_is_bounded_work(capsys: pytest.CaptureFixture[str],
@@ -170,12 +170,12 @@ def test_a_plan_of_many_loops_is_bounded_work(capsys: pytest.CaptureFixture[str]
                            non_const_buffer_sizes=[0, 32 * count])
     path = tmp_path / "loops.pte"
     path.write_bytes(serialize(P.Program(execution_plan=[plan])))
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time, which a busy machine does not stretch
     code, out, err = run(capsys, "inspect", str(path), "--show", "memory",
                          "--show", "instructions")
     assert code == 0, err
     assert f"{count} loops" in out and "lifetimes cover whole loop regions" in out
-    assert time.perf_counter() - start < 20  # 40 s when it was loops x values
+    assert time.process_time() - start < 20  # 40 s when it was loops x values
 
 
 def _values_sharing_one_list(count: int, items: int) -> bytes:
@@ -207,7 +207,7 @@ def test_values_sharing_one_long_list_cost_it_once(capsys: pytest.CaptureFixture
     values = program.execution_plan[0].values
     # Read at most twice (the first use, then once more to keep), then shared.
     assert values[2] == values[3] and all(v is values[3] for v in values[4:])
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time, which a busy machine does not stretch
     method = load(data).method("forward")
     assert method.value(count + 2) is method.value(3)
     path = tmp_path / "shared.pte"
@@ -215,4 +215,4 @@ def test_values_sharing_one_long_list_cost_it_once(capsys: pytest.CaptureFixture
     for args in (ALL_TEXT, ALL_JSON):
         code, _, err = run(capsys, "inspect", str(path), *args)
         assert code == 0, err
-    assert time.perf_counter() - start < 30
+    assert time.process_time() - start < 30

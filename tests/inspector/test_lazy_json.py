@@ -1,5 +1,5 @@
 """`write_json` streams exactly the text `json.dumps(document, indent=2)` prints,
-through every fast path (flat dicts, scalar lists, short Lazy lists)."""
+through every fast path (flat dicts, scalar lists, short Lazy lists, template rows)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import math
 
 import pytest
 
-from exirc.inspector.lazy_json import Lazy, materialize, write_json
+from exirc.inspector.lazy_json import SLOT, Lazy, Template, materialize, write_json
+
+# Rows of every kind a slot can hold, and items of another shape among them;
+# constant fields with a `%` (the template is a %-format) and nested lists.
+ROW = Template({"id": SLOT, "note": "100% \"kept\"", "bytes": SLOT, "live": [0, 0],
+                "tensors": [], "name": SLOT})
+ROWS = ROW.rows(6, lambda: [(1, 64, "a"), (2, 2**70, "b\u00e9"), {"other": [1, {}]},
+                            (3, 0.5, None), (-4, True, math.inf), (5, 6, "%s %d")])
 
 DOCUMENTS = [
     {},
@@ -21,6 +28,8 @@ DOCUMENTS = [
     {"long": Lazy(100, lambda: range(100)), "dicts": Lazy(2, lambda: [{"k": 1}, {"k": [2]}])},
     [1, "two", [3, [4, {}]], {"five": Lazy(1, lambda: [{"six": 6}])}],
     {"outer": {"inner": {"deep": [[], [[]], {"e": []}]}}},
+    {"rows": ROWS, "empty": ROW.rows(0, list), "nested": [{"deeper": ROWS}]},
+    ROWS,
 ]
 
 
@@ -35,3 +44,21 @@ def test_nan_is_written_as_json_writes_it() -> None:
     out = io.StringIO()
     write_json({"v": [math.nan], "w": math.nan}, out)
     assert out.getvalue() == json.dumps({"v": [math.nan], "w": math.nan}, indent=2) + "\n"
+
+
+def test_a_row_is_its_template_with_the_slots_filled() -> None:
+    (first, *_, last) = list(ROWS)
+    assert dict(first) == {"id": 1, "note": '100% "kept"', "bytes": 64, "live": [0, 0],
+                           "tensors": [], "name": "a"}
+    assert first["bytes"] == 64 and len(first) == 6 and list(first) == list(ROW.fields)
+    assert last["name"] == "%s %d"
+    assert list(ROWS)[2] == {"other": [1, {}]}  # an item of another shape, as it is
+
+
+def test_a_slot_holding_a_list_is_still_valid_json() -> None:
+    # Slots are meant for scalars; anything else makes the writer walk the row.
+    rows = Template({"id": SLOT, "sizes": SLOT}).rows(1, lambda: [(1, [2, 3])])
+    out = io.StringIO()
+    write_json({"rows": rows}, out)
+    assert json.loads(out.getvalue()) == {"rows": [{"id": 1, "sizes": [2, 3]}]}
+    assert out.getvalue() == json.dumps(materialize({"rows": rows}), indent=2) + "\n"

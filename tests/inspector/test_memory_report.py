@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from exirc.inspector.lazy_json import materialize
 from exirc.inspector.memory_report import MethodMemory, memory_report, method_memory
 from exirc.inspector.memory_report_html import memory_plan_html
 from exirc.inspector.value_lifetimes import extend_over_loops, value_lifetimes
@@ -164,6 +165,24 @@ def test_overlapping_live_regions_are_a_warning() -> None:
     (warning,) = method_memory(plan).warnings
     assert warning.positions == (0, 0)
     assert "%0 (offset 0, 16 B) and %1 (offset 8, 16 B) share bytes 8..16" in warning.message
+
+
+@pytest.mark.parametrize("positions_limit", [None, 1])
+def test_an_arena_without_tensors_is_listed_as_its_analysis_would(
+        positions_limit: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Arenas 2 and 3 hold no tensor: their JSON is filled into a template,
+    # which must say what analysing them says (with and without live_bytes).
+    if positions_limit is not None:
+        monkeypatch.setattr("exirc.inspector.memory_report.MAX_LIVE_BYTES", positions_limit)
+    plan = chain_plan()
+    plan.non_const_buffer_sizes += [64, 4096]
+    report = method_memory(from_file(plan).execution_plan[0])
+    listed = materialize(report.to_json()["arenas"])
+    per_position = positions_limit is None
+    analysed = [materialize(report.arena(i).to_json(per_position=per_position))
+                for i in (1, 2, 3)]
+    assert listed == analysed
+    assert [a["wasted_bytes"] for a in listed[1:]] == [64, 4096]
 
 
 @pytest.mark.slow

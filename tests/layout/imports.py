@@ -59,7 +59,7 @@ def _named(importer: str, node: ast.Import | ast.ImportFrom, is_package: bool,
             module = ".".join(base + ([node.module] if node.module else []))
         else:
             module = node.module or ""
-        # `from exirc.runtime import arenas` names the module exirc.runtime.arenas.
+        # `from exirc.runtime import arenas` names the module exirc.runtime.core.arenas.
         targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
                    for alias in node.names]
     for target in targets:

@@ -7,9 +7,10 @@ says, as a user can: `load(bytes)` and `Method.run` on random inputs ("api")
 or on edge values ("hostile"), `exirc run` on a file ("cli": the command's
 own code, in-process), or `exirc run --inputs` with a bent .npz ("npz");
 then every `exirc inspect` view. It sends the runner a message before each
-stage (so a crash or a hang is placed) and the outcome of every stage at the
-end. An outcome is "ok", an exirc error code, or "traceback" for anything
-else (InternalError, E0100, included).
+stage, with its CPU time then (so a crash or a hang is placed, and a stage's
+CPU time known), and the outcome of every stage at the end. An outcome is
+"ok", an exirc error code, or "traceback" for anything else (InternalError,
+E0100, included).
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ import click
 import numpy
 import torch
 
-import exirc.runtime.loader  # noqa: F401 (imported here, once, by the fork server)
+import exirc.runtime.core.loader  # noqa: F401 (imported here, once, by the fork server)
 from exirc.cli.app import cli
 from exirc.errors import ExircError, InternalError
 from exirc.runtime import load
+from exirc.runtime.core.loader import LoadedProgram
 from exirc.serialize import bundled_cases, deserialize
 from tools.mutants import input_files
 
@@ -78,7 +80,6 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     """The process's whole life: set up, drive the mutant, send the stages."""
     _isolate(limits, log_path)
     stages: list[Stage] = []
-    started = time.perf_counter()
     try:
         with memfd(data) as path:
             _drive(route, path, data, seed, limits, stages, conn, os.path.dirname(log_path))
@@ -86,7 +87,7 @@ def run_mutant(data: bytes, route: str, seed: int, limits: Limits, log_path: str
     except BaseException as error:  # noqa: BLE001 (the harness's own failure, reported as such)
         stages.append(Stage("harness", "harness", _first_line(error)))
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    conn.send(("done", stages, time.perf_counter() - started, rss_kib))
+    conn.send(("done", stages, time.process_time(), rss_kib))
     conn.close()
     sys.stderr.flush()
     os._exit(0)  # nothing left to clean up: skip the interpreter's teardown
@@ -106,13 +107,16 @@ def locate_crash(data: bytes, route: str, seed: int, limits: Limits, log_path: s
 
 def pretend(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
             conn: Connection) -> None:
-    """A mutant's process that fails as `route` says ("crash", "hang", "raise",
-    "memory", or "ok"), so a test can check the runner tells each apart."""
+    """A mutant's process that fails as `route` says ("crash", "spin": busy
+    forever, "stall": asleep forever, "raise", "memory", or "ok"), so a test
+    can check the runner tells each apart."""
     _isolate(limits, log_path)
-    conn.send(("stage", "load"))
+    conn.send(("stage", "load", time.process_time()))
     if route == "crash":
         os.kill(os.getpid(), signal.SIGSEGV)
-    if route == "hang":
+    while route == "spin":
+        pass
+    if route == "stall":
         time.sleep(3600)
     stage = Stage("load", "ok")
     if route == "raise":
@@ -122,7 +126,8 @@ def pretend(data: bytes, route: str, seed: int, limits: Limits, log_path: str,
             bytearray(limits.memory_bytes)  # more than the address space left
         except MemoryError as error:
             stage = Stage("load", "E0340", _first_line(error))
-    conn.send(("done", [stage], 0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    conn.send(("done", [stage], time.process_time(),
+               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     conn.close()
     os._exit(0)
 
@@ -202,7 +207,7 @@ def _first_line(error: BaseException) -> str:
 
 def _stage(name: str, stages: list[Stage], conn: Sender, fn: Any, *args: Any) -> Any:
     """Run one stage, recording its outcome; its result, or None if it failed."""
-    conn.send(("stage", name))
+    conn.send(("stage", name, time.process_time()))
     started = time.perf_counter()
     try:
         result = fn(*args)
@@ -220,12 +225,15 @@ def _stage(name: str, stages: list[Stage], conn: Sender, fn: Any, *args: Any) ->
 
 def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
               conn: Sender, *, hostile: bool = False, steps: TextIO | None = None) -> None:
-    """load(bytes), then each method run twice; with `steps`, each instruction
-    written there as it completes (`locate_crash`)."""
-    program = _stage("load", stages, conn, lambda: load(data, max_steps=limits.max_steps))
+    """load(bytes) on the reference interpreter, then each method run twice, then
+    the same runs on the optional engines (`_engine_runs`); with `steps`, each
+    reference instruction written there as it completes (`locate_crash`)."""
+    program = _stage("load", stages, conn,
+                     lambda: load(data, max_steps=limits.max_steps, engine="reference"))
     if program is None:
         return
     rng = numpy.random.default_rng(seed)
+    answers: dict[str, list[Any]] = {}  # per method: each run's outputs, or its error code
     for name, method in program.methods.items():
         try:
             inputs = random_inputs(method.inputs, rng, limits.input_bytes, hostile=hostile)
@@ -238,11 +246,62 @@ def _api_runs(data: bytes, seed: int, limits: Limits, stages: list[Stage],
                 steps.write(f"{name} start\n")
                 return method.run(inputs, observer=lambda chain, index: steps.write(
                     f"{name} {chain} {index}\n"))
+        answers[name] = []
         for n in range(limits.runs):
-            if _stage(f"run {name} #{n + 1}", stages, conn, run, inputs) is None:
+            got = _stage(f"run {name} #{n + 1}", stages, conn, run, inputs)
+            answers[name].append(got if got is not None else stages[-1].outcome)
+            if got is None:
                 break
+        answers[name].append(inputs)
     if program.has_state:  # the state the runs left, put back as the file has it
         _stage("reset_state", stages, conn, program.reset_state)
+    if steps is None:
+        _engine_runs(data, limits, stages, conn, answers)
+
+
+def _engine_runs(data: bytes, limits: Limits, stages: list[Stage], conn: Sender,
+                 answers: dict[str, list[Any]]) -> None:
+    """The reference's runs again on the engines `auto` picks: each must give the
+    reference's answer (within the engines' tolerance) or raise a typed error where
+    the reference did; an answer where the reference refused, or another answer,
+    is a wrong answer without an error (outcome "wrong")."""
+    program = _stage("engines: load", stages, conn,
+                     lambda: load(data, max_steps=limits.max_steps, engine="auto"))
+    if program is None or not isinstance(program, LoadedProgram):
+        return
+    for name, method in program.methods.items():
+        if name not in answers or (method.engine == "reference" and all(
+                e.startswith("reference") for e in method.delegate_engines)):
+            continue  # no engine took any of it: the reference's runs were the runs
+        *expected, inputs = answers[name]
+        for n, want in enumerate(expected):
+            got = _stage(f"engines: run {name} #{n + 1}", stages, conn, method.run, inputs)
+            wrong = _differs(got, want, stages[-1].outcome)
+            if wrong:
+                stages[-1] = Stage(stages[-1].name, "wrong", f"{method.execution}: {wrong}")
+            if got is None:
+                break
+
+
+def _differs(got: Any, want: Any, outcome: str) -> str:
+    """Why an engine's run does not match the reference's ("" if it does)."""
+    if isinstance(want, str):  # the reference refused with this code
+        return "" if got is None else f"an answer where the reference raised {want}"
+    if got is None:
+        return "" if outcome != "ok" else "no answer"
+    if len(got) != len(want):
+        return f"{len(got)} outputs, the reference {len(want)}"
+    for i, (a, b) in enumerate(zip(got, want)):
+        if isinstance(b, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                return f"output {i} is not the reference's shape or dtype"
+            close = torch.isclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True) \
+                if b.is_floating_point() else a == b
+            if not bool(close.all()):
+                return f"output {i} differs from the reference's"
+        elif a != b:
+            return f"output {i} is {a!r}, the reference's {b!r}"
+    return ""
 
 
 def random_inputs(specs: Any, rng: numpy.random.Generator, max_bytes: int, *,
@@ -325,8 +384,9 @@ def _cli_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[St
         _stage(f"exirc run --method {name}", stages, conn, _cli, args)
     with contextlib.suppress(OSError):
         os.unlink(outputs)
-    if _has_bundle(data):
-        _stage("exirc run --check", stages, conn, _cli, ["run", path, "--check"])
+    if _has_bundle(data):  # the bundled cases, on the same budget as the other runs
+        _stage("exirc run --check", stages, conn, _cli,
+               ["run", path, "--check", "--max-steps", str(limits.max_steps)])
 
 
 def _npz_runs(path: str, data: bytes, seed: int, limits: Limits, stages: list[Stage],

@@ -19,16 +19,17 @@ from tools.mutants.child import Limits, locate_crash
 from tools.mutants.generate import Mutant
 
 
-def locate(context: Any, mutant: Mutant, limits: Limits, log_path: str, timeout: float) -> str:
+def locate(context: Any, mutant: Mutant, limits: Limits, log_path: str, wait: float) -> str:
     """Where a crashed run crashed: the mutant run again in a process that
-    notes each instruction as it completes (`child.locate_crash`)."""
+    notes each instruction as it completes (`child.locate_crash`), given
+    `wait` seconds to crash again (a cap: nothing is judged by it)."""
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=locate_crash, daemon=True,
                               args=(mutant.data, mutant.spec.route, mutant.spec.seed, limits,
                                     log_path, send))
     server.start(process)
     send.close()
-    process.join(timeout)
+    process.join(wait)
     if process.is_alive():
         process.kill()
         process.join()

@@ -177,7 +177,7 @@ class Model:
 
 
 # No max_pool2d_with_indices_backward base: torch's kernel writes through file
-# data unchecked, so the runtime no longer allowlists it (exirc/runtime/allowlist.py).
+# data unchecked, so the runtime no longer allowlists it (exirc/runtime/kernels/allowlist.py).
 MODELS: dict[str, Model] = {
     "mlp": Model(MLP, lambda: (torch.randn(2, 8),)),
     "conv": Model(ConvNet, lambda: (torch.randn(1, 3, 8, 8),)),

@@ -20,7 +20,7 @@ from typing import Any
 from tools.mutants.generate import is_control
 from tools.mutants.runner import MEMORY_SIGNS, Result
 
-FAILURES = ("crash", "hang", "traceback", "memory", "harness")
+FAILURES = ("crash", "hang", "traceback", "memory", "harness", "wrong")
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -37,7 +37,7 @@ def figures(results: Sequence[Result], wall_seconds: float | None = None) -> dic
     for result in results:
         ran_once = False
         for stage in result.stages:
-            if stage.outcome not in ("ok", "skipped", "traceback", "harness"):
+            if stage.outcome not in ("ok", "skipped", "traceback", "harness", "wrong"):
                 codes[stage.outcome] += 1
             if stage.name == "load":
                 load_attempts += 1
@@ -65,6 +65,7 @@ def figures(results: Sequence[Result], wall_seconds: float | None = None) -> dic
         "crashes": outcomes["crash"], "tracebacks": outcomes["traceback"],
         "hangs": outcomes["hang"], "memory_blowups": outcomes["memory"],
         "harness_errors": outcomes["harness"],
+        "wrong_answers": outcomes["wrong"],  # an engine's answer, not the reference's
         "seconds_p50": round(percentile(seconds, 0.5), 3),
         "seconds_p99": round(percentile(seconds, 0.99), 3),
         "seconds_max": round(max(seconds, default=0.0), 3),
@@ -152,7 +153,8 @@ def problems(result: Result) -> list[str]:
                      + (f", {result.site}" if result.site else "")
                      + (f" at {_frame(frame)}" if frame else ""))
     elif result.outcome == "hang":
-        found.append(f"hang (killed after the timeout) in {result.last_stage or '?'}")
+        found.append(f"hang (killed: {result.killed_for or 'over its budget'}) in "
+                     f"{result.last_stage or '?'}")
     return found
 
 

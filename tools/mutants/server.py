@@ -42,7 +42,7 @@ def context(warm_modules: Sequence[str] = ()) -> Any:
         os.environ[warm.WARM_LIST_ENV] = listing  # the server inherits it when it starts
     try:
         # A first process waits for the server to finish importing, so no
-        # mutant's timeout runs while the server is still starting.
+        # mutant's wall-clock cap runs while the server is still starting.
         first = forkserver.Process(target=ready, daemon=True)
         start(first)
     finally:

@@ -23,8 +23,10 @@ WARM_LIST_ENV = "EXIRC_MUTANTS_WARM_LIST"
 _MARKER = "--- modules imported ---"
 
 
-def discover(bases: Sequence[bytes], timeout: float = 120.0) -> list[str]:
-    """The modules a process imports driving `bases` through every stage."""
+def discover(bases: Sequence[bytes], timeout: float = 600.0) -> list[str]:
+    """The modules a process imports driving `bases` through every stage.
+    `timeout` is a cap for a process that never ends: an honest one takes
+    seconds, however busy the machine."""
     with tempfile.TemporaryDirectory(prefix="mutants-warm-") as folder:
         paths = []
         for i, data in enumerate(bases):
@@ -65,7 +67,7 @@ def _read_kernel_lists() -> None:
         for kernel_set in targets.kernel_sets(target):
             if kernel_set != targets.BACKEND_OPS:
                 targets.kernel_list(kernel_set)
-    allowlist = sys.modules.get("exirc.runtime.allowlist")
+    allowlist = sys.modules.get("exirc.runtime.kernels.allowlist")
     operators = getattr(allowlist, "allowlisted_operators", None)
     if callable(operators):
         operators()
@@ -96,7 +98,7 @@ def _drive(paths: Sequence[str]) -> None:
 def _run_a_python_meta_kernel() -> None:
     """What torch's Python meta kernels import on first use (torch._dynamo,
     sympy: over a second). The warm base's load-time checks no longer run one
-    (`exirc.runtime.meta_rules` answers its ops), but most mutants' do: an
+    (`exirc.runtime.kernels.meta_rules` answers its ops), but most mutants' do: an
     integer add is one the rules leave to torch."""
     import torch
 

@@ -11,7 +11,7 @@ from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import UsageError
 from exirc.ir.meta import delegation_report
 from exirc.runtime import load
-from exirc.runtime.delegates import BACKENDS, BackendRegistry
+from exirc.runtime.delegates.registry import BACKENDS, BackendRegistry
 from exirc.serialize import deserialize
 from tests.backend.delegation.toy_backend import BACKEND_ID, ToyRuntime
 

@@ -55,11 +55,11 @@ def test_runs_on_executorchs_runtime(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_runs_on_exircs_runtime(name: str) -> None:
-    from exirc.runtime import load
+def test_runs_on_exircs_runtime(name: str, engine: str) -> None:
+    from tests.conftest import load_on
 
     low, inputs = lowered(name)
-    outputs = load(low.pte).run("forward", list(inputs))
+    outputs = load_on(engine, low.pte).run("forward", list(inputs))
     _check([torch.as_tensor(o) for o in outputs], eager(_models[name], inputs))
 
 

@@ -4,6 +4,7 @@ installed, and on exirc's)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from exirc.backend.delegation.interface import PartitionGraph
 from exirc.backend.xnnpack.serializer import build_blob
 from exirc.serialize.xnnpack import graph as G
 from tests.backend.xnnpack.harness import eager, lower_whole, run_executorch, transposes
+from tests.oracle import requires_executorch
 
 
 class AfterConv(torch.nn.Module):
@@ -51,30 +53,37 @@ CASES: dict[str, tuple[Any, tuple[int, ...], int]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_layouts(name: str) -> None:
+@functools.cache
+def _case(name: str) -> tuple[Any, tuple[torch.Tensor, ...], list[torch.Tensor]]:
+    """The case's lowered program (its transposes checked), inputs and eager outputs."""
     tail, extra, expected = CASES[name]
     torch.manual_seed(0)
     model = AfterConv(tail)
     inputs = (torch.randn(1, 3, 5, 5),) + ((torch.randn(extra),) if extra else ())
     low = lower_whole(model, inputs)
     assert transposes(low.blob) == expected
-    want = eager(model, inputs)
-    from exirc.runtime import load
-
-    for outputs in _runtimes(low.pte, inputs, load):
-        assert len(outputs) == len(want)
-        for got, ref in zip(outputs, want):
-            torch.testing.assert_close(torch.as_tensor(got), ref, rtol=1e-3, atol=1e-4)
+    return low, inputs, eager(model, inputs)
 
 
-def _runtimes(pte: bytes, inputs: tuple[torch.Tensor, ...], load: Any) -> list[list[Any]]:
-    results = [load(pte).run("forward", list(inputs))]
-    try:
-        import executorch.runtime  # noqa: F401
-    except ImportError:
-        return results
-    return [*results, run_executorch(pte, inputs)]
+def _assert_eager(outputs: list[Any], want: list[torch.Tensor]) -> None:
+    assert len(outputs) == len(want)
+    for got, ref in zip(outputs, want):
+        torch.testing.assert_close(torch.as_tensor(got), ref, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layouts(name: str, engine: str) -> None:
+    from tests.conftest import load_on
+
+    low, inputs, want = _case(name)
+    _assert_eager(load_on(engine, low.pte).run("forward", list(inputs)), want)
+
+
+@requires_executorch
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layouts_on_executorch(name: str) -> None:
+    low, inputs, want = _case(name)
+    _assert_eager(run_executorch(low.pte, inputs), want)
 
 
 def test_nodes_of_constants_only_are_computed_at_compile_time() -> None:

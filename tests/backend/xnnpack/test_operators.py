@@ -3,6 +3,7 @@ XnnpackBackend lowers differently, on both runtimes against eager."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.backend.xnnpack.harness import eager, lower_whole, run_executorch
+from tests.oracle import requires_executorch
 
 
 class Fn(nn.Module):
@@ -98,8 +100,9 @@ KINDS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_operator(name: str) -> None:
+@functools.cache
+def _case(name: str) -> tuple[Any, tuple[torch.Tensor, ...], list[torch.Tensor]]:
+    """The operator's lowered program (its node kinds checked), inputs and eager outputs."""
     module, shapes = CASES[name]
     torch.manual_seed(0)
     inputs = tuple(torch.randn(shape) for shape in shapes)
@@ -109,17 +112,25 @@ def test_operator(name: str) -> None:
     if name in KINDS:
         assert low.result.summary is not None
         assert low.result.summary.op_kinds == KINDS[name]
-    want = eager(module, inputs)
-    from exirc.runtime import load
+    return low, inputs, eager(module, inputs)
 
-    runs = [load(low.pte).run("forward", list(inputs))]
-    try:
-        import executorch.runtime  # noqa: F401
 
-        runs.append(run_executorch(low.pte, inputs))
-    except ImportError:
-        pass
-    for outputs in runs:
-        assert len(outputs) == len(want)
-        for got, ref in zip(outputs, want):
-            torch.testing.assert_close(torch.as_tensor(got), ref, rtol=1e-3, atol=1e-4)
+def _assert_eager(outputs: list[Any], want: list[torch.Tensor]) -> None:
+    assert len(outputs) == len(want)
+    for got, ref in zip(outputs, want):
+        torch.testing.assert_close(torch.as_tensor(got), ref, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_operator(name: str, engine: str) -> None:
+    from tests.conftest import load_on
+
+    low, inputs, want = _case(name)
+    _assert_eager(load_on(engine, low.pte).run("forward", list(inputs)), want)
+
+
+@requires_executorch
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_operator_on_executorch(name: str) -> None:
+    low, inputs, want = _case(name)
+    _assert_eager(run_executorch(low.pte, inputs), want)

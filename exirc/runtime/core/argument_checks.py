@@ -1,0 +1,59 @@
+"""Load-time checks of every KernelCall's arguments against the memory plan.
+
+Called once per method, after its value table is built and before any
+instruction is prepared, so a program whose arguments a kernel could
+mishandle is refused with a `FormatError` before it runs. For each KernelCall:
+
+  * no tensor it writes shares memory with another it names (`overlap`),
+    except the exact aliasing `aliasing` allows;
+  * its outs and results have the sizes and dtypes the op makes from its
+    arguments, and the op accepts those arguments (`meta_shapes`);
+  * the dim-order copies' `dim_order` arguments fit their outs (`dim_order_args`).
+
+Kinds and list lengths are checked before (`argument_kinds`, as soon as the
+kernels resolve); a call whose values are not of the kinds its schema takes
+is not looked at here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exirc.runtime.core.aliasing import may_alias
+from exirc.runtime.core.dim_order_args import check_dim_order_call
+from exirc.runtime.core.kernel_arguments import CallArguments, call_arguments
+from exirc.runtime.core.meta_shapes import MetaShapes
+from exirc.runtime.core.overlap import Locations, check_call
+from exirc.runtime.core.values import Values
+from exirc.runtime.kernels.registry import Kernel, operator_key
+from exirc.serialize import program as P
+
+
+def check_method(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel], values: Values,
+                 where: str) -> None:
+    """Refuse `plan` if any KernelCall's arguments are unsafe for its kernel."""
+    calls = _kernel_calls(plan, kernels)
+    locations = Locations(plan, calls)
+    shapes = MetaShapes(values)
+    for (c, i), call in calls.items():
+        instr = plan.chains[c].instructions[i]
+        assert isinstance(instr, P.KernelCall)
+        op = plan.operators[instr.op_index]
+        at = f"{where}.chains[{c}].instructions[{i}] ({operator_key(op.name, op.overload)})"
+        check_call(call, locations, plan.values, may_alias, at)
+        check_dim_order_call(call, values, at)
+        shapes.check(call, at)
+
+
+def _kernel_calls(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]
+                  ) -> dict[tuple[int, int], CallArguments]:
+    """(chain, instruction) -> the call's arguments, for each KernelCall whose
+    values have the kinds its schema takes."""
+    calls = {}
+    for c, chain in enumerate(plan.chains):
+        for i, instr in enumerate(chain.instructions):
+            if isinstance(instr, P.KernelCall) and instr.op_index in kernels:
+                described = call_arguments(kernels[instr.op_index], instr.args, plan.values)
+                if described is not None:
+                    calls[c, i] = described
+    return calls

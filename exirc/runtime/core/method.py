@@ -1,0 +1,392 @@
+"""A loaded method and its run loop: the interpreter.
+
+Loading prepares the method once: its value table (`values`), its input
+specs (`inputs`), and one step per instruction (`steps`), a closure that
+runs the instruction and returns where to jump, if anywhere. Running is then
+only this: check the inputs, copy them into their planned memory, call each
+chain's steps in order (following jumps, within a budget), and copy the
+outputs out so they survive the next run. One method instance runs one call
+at a time (its arenas are shared state).
+
+The budget bounds a run's work, so that a file that loops forever is stopped
+(`StepLimitError`). Straight-line code is bounded by its length, so only
+jumps need watching: a chain's instructions are counted once as it starts,
+and each backward jump taken is charged, before it re-runs them, the cost of
+the instructions between its destination and itself, each weighted by its
+work (`exirc.runtime.core.work`: one step for an instruction over small tensors,
+more for a big convolution). Loops also read clocks now and then
+(`exirc.runtime.core.loop_clocks`): CPU time, a backstop for work the estimates
+miss, and wall-clock time only if the caller set `max_seconds`, so a busy
+machine never changes how a run ends. The plain loop thus pays per
+instruction only for the call and the test for a jump. A chain with no jumps
+at all (most are) pays not even that: it runs as a plain `for` over its actions
+(`steps.Prepared`), where a kernel call is a partial of the kernel, with no
+Python frame of its own; a failure is located by how far the loop got.
+
+`run(observer=...)` calls `observer(chain, index)` after each instruction
+runs, so a debugger (`exirc compile --verify` localizing a mismatch) can read
+what it wrote with `value()` before later instructions reuse the memory.
+Observed runs take a separate, slower loop, as profiled ones do. A method an
+engine took at load (`exirc.runtime.engines.seam`) runs there, on the inputs
+where the caller has them; the plan is fed only if the interpreter runs the call.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy
+import torch
+
+from exirc.errors import ExircError
+from exirc.runtime.core import arenas as memory
+from exirc.runtime.core.argument_checks import check_method
+from exirc.runtime.core.inputs import InputSpec, check_inputs, input_spec, signature
+from exirc.runtime.core.loop_clocks import LoopClocks
+from exirc.runtime.core.steps import Action, Site, Step, prepare, site_of, with_modules
+from exirc.runtime.core.values import Values, value_table, written_values
+from exirc.runtime.core.work import UNITS_PER_STEP, chain_costs, prefix_sums
+from exirc.runtime.engines.policy import EnginePolicy
+from exirc.runtime.engines.seam import DelegateChoice, MethodView, prepare_method
+from exirc.runtime.errors import ExecutionError, StepLimitError
+from exirc.runtime.kernels.registry import Kernel
+from exirc.serialize import program as P
+from exirc.serialize.io_names import default_names
+from exirc.serialize.symbolic_shapes import MethodShapes
+
+if TYPE_CHECKING:
+    from exirc.runtime.core.profile import Profile
+    from exirc.serialize.mapped_file import MappedFile
+
+Observer = Callable[[int, int], None]
+"""`observer(chain, index)`: called after instruction `index` of `chain` has run."""
+
+DEFAULT_MAX_STEPS = 1_000_000_000
+"""Steps one run may take: each instruction once, plus, for each time a loop
+repeats an instruction, its cost (1 over small tensors, more over large
+ones; `exirc.runtime.core.work`). A backstop against a program that never ends,
+not a limit real programs meet (ExecuTorch's runtime has none): 300 passes
+of tanh(y @ w) over 512x512 matrices take 21 million steps (a second of a
+core), 2% of it. A loop that never ends is stopped after about a minute of
+big operators (their estimates err high), ten of the cheapest instructions
+(1.3 million steps a second). For a file you do not trust, give a tight
+limit (1,000,000: a second or two of work) and `max_seconds`."""
+
+Allowance = tuple[int, float]
+"""What a run has left as it moves from chain to chain: its steps, and when
+(`time.monotonic`) its loops next read the clocks (`LoopClocks`)."""
+
+
+class Method:
+    """One method of a loaded program, ready to run."""
+
+    def __init__(self, program: P.Program, plan: P.ExecutionPlan, where: str,
+                 kernels: Mapping[int, Kernel], backends: Sequence[tuple[Any, Any]],
+                 max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None,
+                 shared_arenas: dict[int, memory.Arena] | None = None, *,
+                 max_seconds: float | None = None, file_guard: MappedFile | None = None,
+                 policy: EnginePolicy | None = None,
+                 delegate_choices: Sequence[DelegateChoice] = ()) -> None:
+        """`max_steps` bounds a run's work (see `DEFAULT_MAX_STEPS`), and with it
+        the CPU time its loops may spend; `max_seconds`, if given, its wall-clock
+        time (`clocks`). `file_guard`, for a program read from a mapped file, is
+        checked before each run: constants are read in place, and a file
+        truncated since the load would fault (SIGBUS) instead of failing."""
+        self.name = plan.name
+        self._file_guard = file_guard
+        self.shapes = shapes
+        self.max_steps = max_steps
+        self.clocks = LoopClocks(plan.name, max_steps, max_seconds)
+        self._arenas = memory.allocate_arenas(plan, shared_arenas)
+        # (where in an arena, initial bytes) of each tensor that is program state
+        self._initial_state: list[tuple[Any, memoryview]] = []
+        env = value_table(program, plan, self._arenas, where, self._initial_state)
+        self.reset_state()
+        written = written_values(plan, kernels)
+        self._env = env
+        values = Values(env, plan.values, written)
+        check_method(plan, kernels, values, where)
+        # Run-time scalars start each run from the file's values, so a failed run
+        # (a loop counter left mid-way) cannot change the next one.
+        self._scalar_starts = [(i, env[i]) for i in sorted(written)]
+        self.inputs: list[InputSpec] = [input_spec(plan, i, value, where, shapes)
+                                        for i, value in enumerate(plan.inputs)]
+        self.output_values = list(plan.outputs)
+        self._positions = {value: i for i, value in enumerate(plan.inputs)}  # the last wins
+        self.output_names = default_names(0, len(plan.outputs)).outputs  # io_names renames
+        self._chains: list[list[Step]] = []
+        self._sites: list[list[Site]] = []
+        # Per chain, its actions if it has no jumps (run by `_execute_straight`), else None.
+        self._straight: list[list[Action] | None] = []
+        # Per chain, prefix sums of the instructions' costs (what a backward jump
+        # charges) and of their costs beyond one step (the careful loop's count).
+        self._costs: list[list[int]] = []
+        self._extras: list[list[int]] = []
+        handles = [handle for _, handle in backends]
+        for c, chain in enumerate(plan.chains):
+            steps, actions, sites = [], [], []
+            for i, instr in enumerate(chain.instructions):
+                site = site_of(plan, c, i)
+                at = f"{where}.chains[{c}].instructions[{i}] ({site.label})"
+                prepared = prepare(instr, kernels, backends, values, at)
+                steps.append(prepared.step)
+                actions.append(prepared.action)
+                sites.append(site)
+            self._chains.append(steps)
+            straight = [action for action in actions if action is not None]
+            self._straight.append(straight if len(straight) == len(actions) else None)
+            self._sites.append(sites)
+            costs = chain_costs(plan, chain, kernels, handles, written)
+            self._costs.append(prefix_sums(costs))
+            self._extras.append(prefix_sums([cost - 1 for cost in costs]))
+        self._profiled: tuple[Profile, list[list[Step]]] | None = None
+        # Which engine runs plain runs (`exirc.runtime.engines.seam`), and how, in words.
+        view = MethodView(self.name, plan, kernels, backends, delegate_choices, env,
+                          values.written, self.has_state, None not in self._straight,
+                          bool(shapes is not None and shapes.values), self._chains,
+                          self._positions, self.output_values, _copy_out)
+        choice = prepare_method(policy or EnginePolicy.resolve(), view)
+        self._accelerated, self.engine, self.execution = (choice.accelerated, choice.engine,
+                                                          choice.execution)
+        self.delegate_engines = [c.describe() for c in delegate_choices]
+
+    @property
+    def accelerated(self) -> Any:
+        """What the engine that runs the method whole built (None on the reference)."""
+        return self._accelerated
+
+    @property
+    def has_state(self) -> bool:
+        """Whether the method keeps state (buffers it updates) from run to run."""
+        return bool(self._initial_state)
+
+    def reset_state(self) -> None:
+        """Put the program state this method holds back to its initial value."""
+        if self._file_guard is not None:
+            self._file_guard.check()  # the initial values are read from the file
+        for target, initial in self._initial_state:
+            target[:] = numpy.frombuffer(initial, dtype=numpy.uint8)
+
+    # -- running ---------------------------------------------------------------
+
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any] = (),
+            profile: Profile | None = None, observer: Observer | None = None) -> list[Any]:
+        """Run the method on `inputs` (tensors, numpy arrays or scalars, in order or
+        by name) and return its outputs, which the next run does not overwrite.
+
+        `observer(chain, index)`, if given, is called after every instruction
+        that runs, in execution order (see the module docstring)."""
+        if self._file_guard is not None:
+            self._file_guard.check()
+        checked = check_inputs(self.name, self.inputs, self.shapes, inputs)
+        for index, start in self._scalar_starts:
+            self._env[index] = start
+        fast = self._accelerated
+        if fast is not None and observer is None and self.max_steps >= fast.length:
+            outputs = fast.run(checked) if profile is None else \
+                profile.time_engine(self.execution, fast.run, checked)
+            if outputs is not None:
+                return outputs
+        try:
+            self._feed(checked)
+        except Exception as error:  # noqa: BLE001 (a plan whose input memory is unusable)
+            raise ExecutionError(f"cannot copy the inputs of method {self.name!r} into its "
+                                 f"planned memory: {type(error).__name__}: {error}") from error
+        chains = self._chains if profile is None else self._profiled_chains(profile)
+        allowance: Allowance = (self.max_steps, self.clocks.start())
+        for c, steps in enumerate(chains):
+            if observer is None and allowance[0] >= len(steps):
+                actions = self._straight[c] if profile is None else None
+                if actions is not None:
+                    allowance = self._execute_straight(c, actions, allowance)
+                else:
+                    allowance = self._execute(c, steps, allowance)
+            else:
+                allowance = self._execute_careful(c, steps, allowance, observer)
+        return [_copy_out(self._env[index]) for index in self.output_values]
+
+    def _execute(self, chain: int, steps: list[Step], allowance: Allowance) -> Allowance:
+        """The interpreter: run one chain's steps, following jumps, within `allowance`.
+
+        The chain's length is charged up front (the caller checked it fits), so
+        straight-line code runs unwatched; a backward jump is charged the cost
+        of the instructions it is about to re-run, and now and then reads the
+        clocks."""
+        budget, next_reading = allowance
+        end = len(steps)
+        budget -= end
+        costs = self._costs[chain]
+        clock = time.monotonic
+        pc = 0
+        try:
+            while pc < end:
+                jump = steps[pc]()
+                if jump is None:
+                    pc += 1
+                elif jump > pc:
+                    pc = jump
+                else:  # a loop: instructions jump to pc run again
+                    budget -= costs[pc + 1] - costs[jump]
+                    if budget < 0:
+                        raise self._work_limit(chain, jump, pc)
+                    # A fast clock, inline: this runs once per loop iteration.
+                    if clock() >= next_reading:
+                        next_reading = self.clocks.read(chain, jump)
+                    pc = jump
+        except Exception as error:  # noqa: BLE001 (any kernel's failure, named and re-raised)
+            blamed = self._blame(chain, pc, error)
+            if blamed is error:
+                raise
+            raise blamed from error
+        return budget, next_reading
+
+    def _execute_straight(self, chain: int, actions: list[Action],
+                          allowance: Allowance) -> Allowance:
+        """`_execute` for a chain with no jumps: each action once, in order.
+
+        The chain's length is charged as in `_execute`. A failing action is
+        found from the iterator: the instructions it has yet to hand out."""
+        remaining = iter(actions)
+        try:
+            for action in remaining:
+                action()
+        except Exception as error:  # noqa: BLE001 (as in _execute)
+            pc = len(actions) - operator.length_hint(remaining) - 1
+            blamed = self._blame(chain, pc, error)
+            if blamed is error:
+                raise
+            raise blamed from error
+        return allowance[0] - len(actions), allowance[1]
+
+    def _execute_careful(self, chain: int, steps: list[Step], allowance: Allowance,
+                         observer: Observer | None) -> Allowance:
+        """`_execute`, counting each instruction as it runs, and calling `observer`
+        (if any) after each step: for observed runs, and for a chain longer than
+        the steps left, so that the limit names the instruction where they ran
+        out. A separate loop, so the plain one pays nothing for it; the
+        observer's own errors are not blamed on the instruction."""
+        budget, next_reading = allowance
+        extras = self._extras[chain]
+        pc = 0
+        end = len(steps)
+        while pc < end:
+            at = pc
+            try:
+                jump = steps[at]()
+            except Exception as error:  # noqa: BLE001 (as in _execute)
+                blamed = self._blame(chain, at, error)
+                if blamed is error:
+                    raise
+                raise blamed from error
+            pc = at + 1 if jump is None else jump
+            budget -= 1
+            if budget < 0:
+                raise self._step_limit(chain, pc)
+            if jump is not None and jump <= at:
+                # The re-run instructions' work beyond the one step each is
+                # counted for as it runs.
+                budget -= extras[at + 1] - extras[jump]
+                if budget < 0:
+                    raise self._work_limit(chain, jump, at)
+                if time.monotonic() >= next_reading:
+                    next_reading = self.clocks.read(chain, jump)
+            if observer is not None:
+                observer(chain, at)
+        return budget, next_reading
+
+    def _feed(self, inputs: list[Any]) -> None:
+        """Put checked inputs where the program reads them."""
+        env = self._env
+        for spec, value in zip(self.inputs, inputs):
+            if spec.kind != "tensor":
+                env[spec.value] = value
+                continue
+            target: torch.Tensor = env[spec.value]
+            if not spec.planned:
+                memory.alias(target, value.contiguous())  # memory supplied at run time: use it
+                continue
+            if target.shape != value.shape:
+                target.resize_(value.shape)
+            target.copy_(value)
+
+    def _blame(self, chain: int, pc: int, error: Exception) -> Exception:
+        """The error to raise for `error`, raised by instruction `pc` of `chain`: a
+        typed one as `_located` makes it, any other as a located ExecutionError."""
+        if isinstance(error, ExircError):
+            return self._located(chain, pc, error)
+        return self._failure(chain, pc, error)
+
+    def _failure(self, chain: int, pc: int, error: Exception) -> ExecutionError:
+        site = self._sites[chain][pc]
+        detail = (str(error).strip().splitlines() or [""])[0]
+        return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
+                              f"{self.name!r}: {type(error).__name__}: {detail}{site.origin}")
+
+    def _located(self, chain: int, pc: int, error: ExircError) -> ExircError:
+        """A kernel's own ExecutionError (a quantized kernel refusing its arguments)
+        with the instruction and source line it came from; other typed errors
+        (a step limit, a delegate's) already say where, and pass as they are."""
+        if type(error) is not ExecutionError or not 0 <= pc < len(self._sites[chain]):
+            return error
+        site = self._sites[chain][pc]
+        return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
+                              f"{self.name!r}: {error.message}{site.origin}", hint=error.hint)
+
+    def _step_limit(self, chain: int, pc: int) -> StepLimitError:
+        return StepLimitError(
+            f"method {self.name!r} did not finish within {self.max_steps} instructions "
+            f"(the step limit); it was about to run instruction {pc} of chain {chain}: "
+            "a loop that does not end?")
+
+    def _work_limit(self, chain: int, start: int, stop: int) -> StepLimitError:
+        """The step limit, reached by a backward jump from `stop` to `start`: in
+        instructions if they are all cheap, else in steps, saying what a pass costs."""
+        span = stop + 1 - start
+        cost = self._costs[chain][stop + 1] - self._costs[chain][start]
+        if cost == span:
+            return self._step_limit(chain, start)
+        return StepLimitError(
+            f"method {self.name!r} did not finish within {self.max_steps} steps (the step "
+            f"limit, in which an instruction that a loop repeats counts one step per "
+            f"{UNITS_PER_STEP} element operations it does); it was about to run instructions "
+            f"{start} to {stop} of chain {chain} again, {span} instructions costing {cost} "
+            "steps: a loop that does not end?")
+
+    def name_modules(self, modules: Sequence[Sequence[str]]) -> None:
+        """Name in each instruction's site the submodule it came from (`modules`:
+        per chain, a path per instruction; `exirc.runtime.core.module_paths`)."""
+        if len(modules) == len(self._sites):
+            self._sites = [with_modules(sites, paths)
+                           for sites, paths in zip(self._sites, modules)]
+            self._profiled = None
+
+    def _where(self, site: Site) -> str:
+        chain = f"chain {site.chain}, " if len(self._chains) > 1 else ""
+        return f"{chain}instruction {site.index}"
+
+    def _profiled_chains(self, profile: Profile) -> list[list[Step]]:
+        if self._profiled is None or self._profiled[0] is not profile:
+            wrapped = [profile.wrap(steps, sites)
+                       for steps, sites in zip(self._chains, self._sites)]
+            self._profiled = (profile, wrapped)
+        return self._profiled[1]
+
+    # -- inspecting ------------------------------------------------------------
+
+    def value(self, index: int) -> Any:
+        """The object behind value `index` now: a tensor over planned or file memory,
+        a scalar, a list. For debugging and tests; a run may change it in place."""
+        return self._env[index]
+
+    def signature(self) -> str:
+        """`input_0: f32[2, 8], input_1: int`."""
+        return signature(self.inputs)
+
+
+def _copy_out(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return [_copy_out(item) for item in value] if isinstance(value, list) else value

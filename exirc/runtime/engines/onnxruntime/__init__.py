@@ -1,0 +1,1 @@
+"""onnxruntime as an engine: XNNPACK delegates and fused chains as sessions."""
