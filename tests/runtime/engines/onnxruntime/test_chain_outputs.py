@@ -1,6 +1,8 @@
 """A fused chain hands its outputs out without copying them: the caller gets a
-view of the session's output memory, which the next run writes again only if
-nothing but the chain references it any more (exirc.runtime.engines.onnxruntime.chain).
+view of the chain's output memory, which the next run writes again only if
+nothing but the chain references it any more (exirc.runtime.engines.onnx_form
+.chain_form). Both engines that run chains are checked: onnxruntime binds that
+memory and writes it in place, LiteRT copies its results into it.
 
 Whatever the caller keeps (the result, a slice, a numpy array, the storage, a
 DLPack capsule) keeps its values through later runs; whatever it does to a
@@ -10,6 +12,7 @@ where it should not."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -44,10 +47,18 @@ def model_and_program() -> tuple[nn.Module, bytes]:
     return model, data
 
 
-def fused_method() -> Method:
-    method = load(model_and_program()[1]).method("forward")
-    assert method.accelerated is not None, "the chain was expected to fuse"
-    return method
+Fused = Callable[[], Method]
+
+
+@pytest.fixture(params=["onnxruntime", pytest.param("litert", marks=pytest.mark.skipif(
+    importlib.util.find_spec("ai_edge_litert") is None, reason="needs ai-edge-litert"))])
+def fused_method(request: pytest.FixtureRequest) -> Fused:
+    """A fresh load of the program, its chain fused on the engine the test checks."""
+    def fused() -> Method:
+        method = load(model_and_program()[1], engine=request.param).method("forward")
+        assert method.engine == request.param, method.execution
+        return method
+    return fused
 
 
 def eager(x: torch.Tensor) -> list[torch.Tensor]:
@@ -81,7 +92,8 @@ def held_values(hold: Any) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("kind", HOLDS)
-def test_whatever_the_caller_holds_keeps_its_values_through_later_runs(kind: str) -> None:
+def test_whatever_the_caller_holds_keeps_its_values_through_later_runs(
+        kind: str, fused_method: Fused) -> None:
     method = fused_method()
     x = torch.randn(3, 6)
     hidden, _ = method.run([x])
@@ -93,7 +105,8 @@ def test_whatever_the_caller_holds_keeps_its_values_through_later_runs(kind: str
     assert torch.equal(held_values(hold), want)
 
 
-def test_a_dropped_result_is_written_again_in_place_and_a_kept_one_never() -> None:
+def test_a_dropped_result_is_written_again_in_place_and_a_kept_one_never(
+        fused_method: Fused) -> None:
     method = fused_method()
     x = torch.randn(3, 6)
     first = method.run([x])
@@ -109,7 +122,8 @@ def test_a_dropped_result_is_written_again_in_place_and_a_kept_one_never() -> No
     assert_answers(third, x - 1)
 
 
-def test_a_result_changed_in_place_by_the_caller_is_not_the_next_answer() -> None:
+def test_a_result_changed_in_place_by_the_caller_is_not_the_next_answer(
+        fused_method: Fused) -> None:
     method = fused_method()
     x = torch.randn(3, 6)
     first = method.run([x])
@@ -120,7 +134,8 @@ def test_a_result_changed_in_place_by_the_caller_is_not_the_next_answer() -> Non
 
 
 @pytest.mark.parametrize("change", ["shrunk", "moved to shared memory", "grown"])
-def test_a_dropped_result_whose_storage_changed_is_not_written(change: str) -> None:
+def test_a_dropped_result_whose_storage_changed_is_not_written(
+        change: str, fused_method: Fused) -> None:
     method = fused_method()
     x = torch.randn(3, 6)
     hidden, _ = method.run([x])
@@ -137,7 +152,7 @@ def test_a_dropped_result_whose_storage_changed_is_not_written(change: str) -> N
         assert_answers(method.run([y]), y)
 
 
-def test_the_callers_input_is_left_as_it_was_resizable() -> None:
+def test_the_callers_input_is_left_as_it_was_resizable(fused_method: Fused) -> None:
     # Binding through numpy would have made its storage unresizable for good.
     method = fused_method()
     x = torch.randn(3, 6)
