@@ -1,6 +1,8 @@
 """Shared test configuration, and fixtures more than one test module needs."""
 
 import importlib.util
+import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,23 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "smoke: part of the seconds-long `make check` run")
+
+
+@pytest.fixture(autouse=True)
+def _the_same_random_state_for_every_test() -> None:
+    """Every test starts from seed 0 (torch, numpy, random), whatever ran before it, in
+    this process or another worker: its unseeded draws (random inputs, a model's initial
+    weights) are the same values on every run, and no verdict depends on test order or
+    selection. (Draws made at import time, before any test, take a seeded
+    torch.Generator instead.) torch and numpy are seeded only if already imported, so a
+    test that imports neither still does not."""
+    random.seed(0)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(0)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(0)
 
 
 @pytest.fixture()
