@@ -133,3 +133,104 @@ def test_portable_program_runs_on_executorch_like_exirc(mode: str) -> None:
         inputs = _inputs(seed)
         assert_float_rounding(run_executorch(result.data, inputs),
                               run_exirc(result.data, inputs), mode)
+
+
+# --------------------------------------------------------------------------
+# --target xnnpack: XNNPACK's dynamically quantized fully connected nodes.
+# --------------------------------------------------------------------------
+
+
+def _payload_graph(data: bytes) -> Any:
+    from exirc.inspector.delegates import program_payloads
+    from exirc.serialize.reader import deserialize
+
+    payloads = program_payloads(deserialize(data))
+    assert len(payloads) == 1
+    assert payloads[0].blob is not None
+    return payloads[0].blob.graph
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_xnnpack_payload_has_qd8_fully_connected_nodes_as_executorch_writes_them(
+        mode: str) -> None:
+    from exirc.serialize.reader import deserialize
+    from exirc.serialize.xnnpack import graph as G
+
+    result = _compile(mode, "xnnpack")
+    program = deserialize(result.data)
+    operators = {o.name for o in program.execution_plan[0].operators}
+    assert not any(name.startswith("quantized_decomposed") for name in operators), operators
+    graph = _payload_graph(result.data)
+    kinds = [n.kind for n in graph.nodes]
+    assert kinds.count(G.NodeKind.FULLY_CONNECTED) == 2
+    for node in graph.nodes:
+        if node.kind != G.NodeKind.FULLY_CONNECTED:
+            continue
+        source = graph.values[node.params.input1_id]
+        assert source.datatype == G.Datatype.QDINT8
+        assert source.quant == G.PerTokenDynamicQuant(1)
+        weight = graph.values[node.params.filter_id]
+        out = graph.values[node.params.output_id]
+        assert out.datatype == G.Datatype.FP32
+        if mode == "8da4w":
+            assert weight.datatype == G.Datatype.QBINT4
+            assert isinstance(weight.quant, G.PerChannelGroupQuant)
+            assert weight.quant.group_size == 32
+            assert weight.quant.num_scales == weight.dims[0] * weight.dims[1] // 32
+        else:
+            assert weight.datatype == G.Datatype.QCINT8
+            assert isinstance(weight.quant, G.PerChannelQuant)
+            assert weight.quant.num_scales == weight.dims[0]
+        producer = next(n for n in graph.nodes if n.params.output_id == node.params.input1_id)
+        assert producer.kind == G.NodeKind.CONVERT
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_xnnpack_program_equals_the_quantized_model_on_the_reference_engine(mode: str) -> None:
+    from exirc.runtime import load
+
+    reference = _reference(mode)
+    result = _compile(mode, "xnnpack")
+    for seed in (0, 11):
+        inputs = _inputs(seed)
+        got = [torch.as_tensor(o) for o in load(result.data, engine="reference")
+               .method("forward").run([t.clone() for t in inputs])]
+        # XNNPACK picks each token's parameters itself: within float rounding here.
+        assert_float_rounding(got, _eager(reference, inputs), mode)
+        assert_float_rounding(run_exirc(result.data, inputs), _eager(reference, inputs), mode)
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.parametrize("mode", MODES)
+def test_xnnpack_program_runs_on_executorch_like_the_quantized_model(mode: str) -> None:
+    reference = _reference(mode)
+    result = _compile(mode, "xnnpack")
+    for seed in (0, 11):
+        inputs = _inputs(seed)
+        assert_float_rounding(run_executorch(result.data, inputs), _eager(reference, inputs),
+                              mode)
+
+
+@requires_executorch
+@pytest.mark.oracle
+def test_8da4w_xnnpack_file_runs_on_executorch_without_its_quantized_kernels(
+        tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    result = _compile("8da4w", "xnnpack")
+    path = tmp_path / "m.pte"
+    path.write_bytes(result.data)
+    inputs = _inputs(5)
+    torch.save(inputs[0], tmp_path / "x.pt")
+    script = (
+        "import sys, torch\n"
+        "from executorch.runtime import Runtime\n"
+        f"program = Runtime.get().load_program(open({str(path)!r}, 'rb').read())\n"
+        f"out = program.load_method('forward').execute([torch.load({str(tmp_path / 'x.pt')!r})])\n"
+        "assert 'executorch.kernels.quantized' not in sys.modules\n"
+        f"torch.save(out[0], {str(tmp_path / 'y.pt')!r})\n")
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=300)
+    got = torch.load(tmp_path / "y.pt")
+    assert_float_rounding([got], _eager(_reference("8da4w"), inputs), "8da4w without kernels")
