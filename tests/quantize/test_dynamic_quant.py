@@ -234,3 +234,73 @@ def test_8da4w_xnnpack_file_runs_on_executorch_without_its_quantized_kernels(
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=300)
     got = torch.load(tmp_path / "y.pt")
     assert_float_rounding([got], _eager(_reference("8da4w"), inputs), "8da4w without kernels")
+
+
+# --------------------------------------------------------------------------
+# A LLaMA-style decoder with a static cache: greedy tokens of the quantized model.
+# --------------------------------------------------------------------------
+
+NEW_TOKENS = 32
+
+
+def _greedy(step: Any, prompt: list[int]) -> list[int]:
+    position, logits = 0, None
+    for token in prompt:
+        logits, position = step(token, position), position + 1
+    tokens: list[int] = []
+    while len(tokens) < NEW_TOKENS:
+        assert logits is not None
+        tokens.append(int(logits.argmax()))
+        logits, position = step(tokens[-1], position), position + 1
+    return tokens
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_tiny_llm_generates_the_quantized_models_tokens_on_exirc_and_executorch(
+        mode: str) -> None:
+    from pathlib import Path
+
+    from executorch.runtime import Runtime
+
+    from exirc.capture import capture, load_model
+    from exirc.compiler import compile_model
+    from exirc.diagnostics.quantization import quantize_sources
+    from exirc.runtime import load
+
+    path = str(Path(__file__).resolve().parents[2] / "examples" / "tiny_llm.py")
+    loaded = load_model(path)
+    quantized = quantize_sources(loaded.methods, {k: capture(v) for k, v in
+                                                  loaded.methods.items()},
+                                 QuantizeConfig(mode), ())
+    reference = quantized.sources["forward"].module
+
+    def eager(token: int, position: int) -> torch.Tensor:
+        with torch.no_grad():
+            out = reference(torch.tensor([[token]]), None, torch.tensor([position]))
+        return _eager_logits(out)
+
+    prompt = [1, 5, 9, 13]
+    expected = _greedy(eager, prompt)
+    data = compile_model(path, CompileOptions(target="xnnpack", quantize=mode)).data
+    method = load(data, engine="reference").method("forward")
+
+    def ours(token: int, position: int) -> torch.Tensor:
+        return _eager_logits(method.run([torch.tensor([[token]]), torch.tensor([position])]))
+
+    program = Runtime.get().load_program(bytes(data))
+    theirs_method = program.load_method("forward")
+
+    def theirs(token: int, position: int) -> torch.Tensor:
+        return _eager_logits(theirs_method.execute([torch.tensor([[token]]),
+                                                    torch.tensor([position])]))
+
+    assert _greedy(ours, prompt) == expected
+    assert _greedy(theirs, prompt) == expected
+
+
+def _eager_logits(out: Any) -> torch.Tensor:
+    tensor = torch.as_tensor(out[0] if isinstance(out, (list, tuple)) else out)
+    return tensor.reshape(-1, tensor.shape[-1])[-1].clone()
