@@ -9,6 +9,8 @@ is XNNPACK's float32 epilogue:
   - dynamic (qdint8 input, qcint8 / qcint4 / qbint4 weights, float32 output):
     accumulator * row scale * channel scale (+ per-block scales for qbint4)
     + float32 bias, then the fused clamp;
+  - weight-only (fp32 input, qcint8 / qcint4 weights, float32 output):
+    (input . integers [+ bias]) * channel scale, then the fused clamp;
   - static (qint8 / quint8 input and output, qcint8 or qint8 weights, int32
     bias): requantized as `quant.requantize` does, saturated to the fused
     clamp's quantized bounds.
@@ -95,6 +97,8 @@ def build_fully_connected(ctx: NodeContext) -> Op:
         ctx.require_float([(p.output_id, "output")])
         bias = _bias(ctx, p.bias_id, channels, quantized=False)
         return _dynamic_fc(ctx, x, ctx.write(p.output_id), w, integers, scale, bias)
+    if x_value.datatype == G.Datatype.FP32:
+        return _float_input_fc(ctx, x, w, integers, scale)
     x_params = static_params(ctx, p.input1_id, "input")
     out_params = static_params(ctx, p.output_id, "output")
     if w.group_size:
@@ -111,6 +115,38 @@ def build_fully_connected(ctx: NodeContext) -> Op:
         if bias is not None:
             acc = acc + bias
         env[out] = requantize(acc, requant, out_params, bounds)
+    return run
+
+
+def _float_input_fc(ctx: NodeContext, x: int, w: Weights, integers: torch.Tensor,
+                    scale: torch.Tensor) -> Op:
+    """fp32 input, qcint8 / qcint4 filter, fp32 output (XNNPACK's f32-qc8w / f32-qc4w
+    GEMMs: weight-only quantized linear layers). The products are summed, then
+    multiplied by each channel's scale; a bias is added before that multiply, as
+    ExecuTorch 1.5.1's runtime does (so a float bias comes out scaled: exirc writes
+    such layers without one)."""
+    p = ctx.node.params
+    assert isinstance(p, G.FullyConnected)
+    if w.group_size:
+        raise ctx.unsupported("its blockwise filter takes a float input (ExecuTorch's runtime "
+                              "refuses the method)")
+    ctx.require_float([(p.output_id, "output")])
+    channels, inputs = integers.shape
+    bias = _bias(ctx, p.bias_id, channels, quantized=False)
+    weight_t = integers.t().contiguous()
+    channel_scale = scale.reshape(-1).to(torch.float64)
+    clamp = ctx.clamp_bounds()
+    out = ctx.write(p.output_id)
+
+    def run(env: Env) -> None:
+        value = env[x]
+        acc = torch.matmul(value.reshape(-1, inputs).to(torch.float64), weight_t)
+        if bias is not None:
+            acc = acc + bias.to(torch.float64)
+        result = (acc * channel_scale).to(torch.float32)
+        if clamp is not None:
+            result = result.clamp_(*clamp)
+        env[out] = result.reshape(*value.shape[:-1], channels)
     return run
 
 
