@@ -264,9 +264,10 @@ def test_int8_equals_the_quantized_reference_within_one_step(zoo: Zoo, name: str
     print(f"{what}: max diff vs the quantized reference {worst:.3g} (one step: {steps})")
 
 
-def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: str) -> int:
-    """The int8 bytes of an embedding table tied to an LM head, when XNNPACK runs
-    the head: the lookup (portable `embedding_byte`) reads the table from the
+def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: str,
+                      bits: int = 8) -> int:
+    """The int8 (int4: packed) bytes of an embedding table tied to an LM head, when
+    XNNPACK runs the head (int8, or a weight-only head per output channel): the lookup (portable `embedding_byte`) reads the table from the
     constant segment, the delegate its own copy from named data, and a program
     cannot share bytes between the two (ExecuTorch's lowering stores both too).
     On portable the two are one constant buffer, deduplicated."""
@@ -276,7 +277,38 @@ def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: st
         return 0
     table, head = model.get_input_embeddings(), model.get_output_embeddings()
     tied = head is not None and head.weight is table.weight
-    return table.weight.numel() if tied else 0  # one byte a value
+    return table.weight.numel() * bits // 8 if tied else 0  # one byte (int4: half) a value
+
+
+def _grouped_linear_weights(module: GraphModule) -> bool:
+    """Whether a weight-only model has a linear layer (not only embeddings) whose
+    weights are in groups smaller than its rows: XNNPACK refuses those."""
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel_group.default
+    for node in module.graph.nodes:
+        if node.target != dequantize or all(
+                u.target == torch.ops.aten.embedding.default for u in node.users):
+            continue
+        table = node.args[0]
+        assert isinstance(table, Node)
+        owner: Any = module
+        for part in str(table.target).split("."):
+            owner = getattr(owner, part)
+        if node.args[6] < owner.shape[1]:
+            return True
+    return False
+
+
+def _refused(zoo: Zoo, name: str, target: str, mode: str) -> bool:
+    """A weight-only model with grouped linear weights on xnnpack: check that it is
+    refused (never silently dequantized at every call) and say so."""
+    from exirc.errors import TargetQuantizationError
+
+    if target != "xnnpack" or mode == "int8" or \
+            not _grouped_linear_weights(zoo.reference(name, mode).quantized):
+        return False
+    with pytest.raises(TargetQuantizationError, match="in groups of"):
+        zoo.compiled(name, target, mode)
+    return True
 
 
 @pytest.mark.parametrize("mode", WEIGHT_ONLY)
@@ -285,6 +317,8 @@ def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: st
 def test_weight_only_equals_the_rewritten_reference(zoo: Zoo, name: str, target: str,
                                                     mode: str) -> None:
     what = f"{name} {mode} on {target}"
+    if _refused(zoo, name, target, mode):
+        return
     reference = zoo.reference(name, mode)
     result = zoo.compiled(name, target, mode)
     assert result.quantization is not None and result.quantization.weights
@@ -292,7 +326,8 @@ def test_weight_only_equals_the_rewritten_reference(zoo: Zoo, name: str, target:
     for inputs in _cases(reference.model):
         expected = _eager(reference.quantized, inputs)
         worst = max(worst, assert_float_rounding(run_exirc(result.data, inputs), expected, what))
-    _check_report(result, mode, what)
+    _check_report(result, mode, what, _tied_table_bytes(
+        reference.model.module(), result, target, 8 if mode.startswith("int8") else 4))
     print(f"{what}: max diff vs the rewritten reference {worst:.3g}")
 
 
@@ -311,6 +346,8 @@ _ALL_COMPILES = [(n, m) for n in SMALL + TRANSFORMERS for m in ["int8"]] + \
 def test_our_quantized_file_runs_on_executorch_like_exirc(zoo: Zoo, name: str, target: str,
                                                           mode: str) -> None:
     what = f"{name} {mode} on {target}, ExecuTorch vs exirc"
+    if _refused(zoo, name, target, mode):
+        return
     result = zoo.compiled(name, target, mode)
     model = ZOO[name]
     for inputs in _cases(model):
