@@ -599,3 +599,48 @@ def test_cli_a_model_with_nothing_to_quantize_is_a_clear_error(
     assert "E0310" in err and "compile without --quantize" in err, err
     assert "Traceback" not in err
     assert not pte.exists()
+
+
+# --------------------------------------------------------------------------
+# Deployable int8 XNNPACK files: no quantized kernels outside the delegate.
+# --------------------------------------------------------------------------
+
+
+def run_executorch_without_quantized_kernels(data: bytes, inputs: tuple[Any, ...],
+                                             directory: Path) -> list[torch.Tensor]:
+    """ExecuTorch's runtime in a fresh process that never imports its quantized
+    kernel library: a file calling one of those kernels fails to load there."""
+    import subprocess
+    import sys
+
+    program, given, got = directory / "m.pte", directory / "in.pt", directory / "out.pt"
+    program.write_bytes(data)
+    torch.save(list(inputs), given)
+    script = (
+        "import sys, torch\n"
+        "from executorch.runtime import Runtime\n"
+        f"program = Runtime.get().load_program(open({str(program)!r}, 'rb').read())\n"
+        f"out = program.load_method('forward').execute(torch.load({str(given)!r}))\n"
+        "assert 'executorch.kernels.quantized' not in sys.modules\n"
+        f"torch.save([o.clone() for o in out], {str(got)!r})\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return list(torch.load(got))
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vit"])
+def test_int8_xnnpack_file_runs_on_executorch_without_its_quantized_kernels(
+        zoo: Zoo, name: str, tmp_path: Path) -> None:
+    what = f"{name} int8 on xnnpack, ExecuTorch without quantized kernels"
+    reference = zoo.reference(name, "int8")
+    result = zoo.compiled(name, "xnnpack", "int8")
+    steps = output_steps(reference.quantized)
+    for index, inputs in enumerate(_cases(reference.model)):
+        directory = tmp_path / str(index)
+        directory.mkdir()
+        got = run_executorch_without_quantized_kernels(result.data, inputs, directory)
+        worst = assert_within_steps(got, _eager(reference.quantized, inputs), steps, what)
+        print(f"{what}: max diff vs the quantized model {worst:.3g}")
