@@ -267,9 +267,10 @@ def test_int8_equals_the_quantized_reference_within_one_step(zoo: Zoo, name: str
 def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: str,
                       bits: int = 8) -> int:
     """The int8 (int4: packed) bytes of an embedding table tied to an LM head, when
-    XNNPACK runs the head (int8, or a weight-only head per output channel): the lookup (portable `embedding_byte`) reads the table from the
-    constant segment, the delegate its own copy from named data, and a program
-    cannot share bytes between the two (ExecuTorch's lowering stores both too).
+    XNNPACK runs the head (int8, or weight-only per output channel): the lookup
+    (portable `embedding_byte`) reads the table from the constant segment, the
+    delegate its own copy from named data, and a program cannot share bytes
+    between the two (ExecuTorch's lowering stores both too).
     On portable the two are one constant buffer, deduplicated."""
     model = getattr(module, "model", None)
     if target != "xnnpack" or not result.delegation or model is None or \

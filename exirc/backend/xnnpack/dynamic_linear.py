@@ -147,12 +147,13 @@ def _weight(value: object, constant: Constant) -> tuple[tuple[Node, ...], torch.
         if not isinstance(group, int) or group <= 0 or columns % group \
                 or bits == 4 and columns % 2 or scales.numel() != rows * (columns // group):
             return None
-        if int(data.min()) < low or int(data.max()) > high:
+        least, most = INT4 if bits == 4 else INT8
+        if int(data.min()) < least or int(data.max()) > most:
             return None
         scales = scales.reshape(rows, columns // group)
     elif scales.numel() != rows:
         return None
-    return (dq, value), data, scales, bits, int(group)
+    return (dq, value), data, scales, bits, group if isinstance(group, int) else 0
 
 
 def match_dynamic_linear(root: Node, constant: Constant) -> Match | None:
@@ -185,10 +186,10 @@ def dynamic_linear(root: Node, constant: Constant
     x, activation_nodes = activation
     if bits == 8 and group:
         return None  # XNNPACK's qd8 filters: int8 per channel, int4 per channel or block
-    if activation_nodes[-1].target == aten.view_copy.default:
-        if list(root.args[1 if bias_node is not None else 0].meta["val"].shape)[-1] != \
-                list(x.meta["val"].shape)[-1]:
-            return None  # a view that is not only flattening the leading dims
+    flattened = root.args[1 if bias_node is not None else 0]
+    if activation_nodes[-1].target == aten.view_copy.default and isinstance(flattened, Node) \
+            and list(flattened.meta["val"].shape)[-1] != list(x.meta["val"].shape)[-1]:
+        return None  # a view that is not only flattening the leading dims
     if list(x.meta["val"].shape)[-1] != integers.shape[1]:
         return None
     bias = None
