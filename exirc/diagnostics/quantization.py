@@ -92,17 +92,30 @@ def quantize_sources(sources: dict[str, MethodSource], exported: dict[str, Expor
     origins = [display_path(str(f)) for f in calibration_files] or ["example inputs"]
     report = QuantizationReport(config.mode, config.group_size, origins)
     new_sources, new_exported = dict(sources), dict(exported)
+    # Methods of one model share its weights: each is counted once, by content,
+    # as the program stores it (`exirc.emit.constants`).
+    float_weights: dict[str, int] = {}
+    layers: set[str] = set()
+    weights: dict[tuple[str, tuple[int, ...], int, str], QuantizedWeight] = {}
     for name, program in exported.items():
-        report.float_weight_bytes += _constant_bytes(program)
+        float_weights.update(_constant_weights(program))
         source = sources[name]
         calibration = [case.args for case in references[name].cases]
         quantized = quantize_method(program, config, calibration, source.example_inputs,
                                     source.dynamic_shapes, f"method {name!r}")
         new_exported[name] = quantized.program
         new_sources[name] = replace(source, module=quantized.module, exported=None)
-        report.quantized_ops += quantized.quantized_ops
-        report.weights.extend(quantized.weights)
+        if quantized.layers:
+            layers.update(quantized.layers)
+        else:
+            report.quantized_ops += quantized.quantized_ops
+        for weight in quantized.weights:
+            weights.setdefault((weight.name, weight.shape, weight.group_size, weight.digest),
+                               weight)
         report.output_step = max([report.output_step, *output_steps(quantized.module)])
+    report.float_weight_bytes = sum(float_weights.values())
+    report.quantized_ops += len(layers)
+    report.weights = list(weights.values())
     return Quantized(new_sources, new_exported, references, report)
 
 
@@ -155,19 +168,24 @@ def _sqnr(signal: float, noise: float) -> float:
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
-def _constant_bytes(program: ExportedProgram) -> int:
-    """Bytes of the weights a float program stores: the parameters, constant buffers
-    and tensor constants its graph reads (not the buffers it updates, which are
-    program state, nor weights no node reads)."""
+def _constant_weights(program: ExportedProgram) -> dict[str, int]:
+    """The weights a float program stores, by content (`content_digest`) -> bytes:
+    the parameters, constant buffers and tensor constants its graph reads (not the
+    buffers it updates, which are program state, nor weights no node reads)."""
     from exirc.edge.constants import constant_tensor
+    from exirc.ir.content import content_digest
+    from exirc.ir.state import written_buffers
 
-    total = 0
+    written = written_buffers(program)
+    state = {spec.arg.name for spec in program.graph_signature.input_specs
+             if spec.target in written and hasattr(spec.arg, "name")}
+    found = {}
     for node in program.graph_module.graph.nodes:
-        used = node.op == "placeholder" and bool(node.users)
+        used = node.op == "placeholder" and bool(node.users) and node.name not in state
         value = constant_tensor(program, node) if used else None
         if value is not None:
-            total += value.numel() * value.element_size()
-    return total
+            found[content_digest(value)] = value.numel() * value.element_size()
+    return found
 
 
 def stored_weight_bytes(result: CompileResult) -> int:

@@ -159,6 +159,12 @@ def _buffer_placeholders(program: ExportedProgram) -> Iterator[tuple[Node, str]]
             yield node, spec.target
 
 
+def written_buffers(program: ExportedProgram) -> set[str]:
+    """The buffers a captured method writes (its program state, once planned): a
+    KV cache, a counter. Not constants, so not weights."""
+    return _written_buffers(program)
+
+
 def _written_buffers(program: ExportedProgram) -> set[str]:
     """Buffers the program writes: functional mutation outputs (after
     decomposition), or in-place ops on the buffer (torch.export's ATen graph)."""

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from exirc.ir.content import content_digest
+
 _aten = torch.ops.aten
 
 # bits -> (quant_min, quant_max) as ExecuTorch's embedding kernels take them
@@ -37,6 +39,9 @@ class QuantizedWeight:
     shape: tuple[int, ...]
     group_size: int
     users: list[str] = field(default_factory=list)
+    # What is stored (values and scales), by content: the same weight quantized
+    # in two methods (prefill and decode of one model) is one weight, stored once.
+    digest: str = ""
 
 
 def quantize_rows(weight: torch.Tensor, bits: int, group_size: int
@@ -98,7 +103,8 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
                     torch.float32))
                 if transposed:
                     read = graph.call_function(_aten.t.default, (read,))
-            entry = QuantizedWeight(str(weight_node.target), tuple(weight.shape), size)
+            entry = QuantizedWeight(str(weight_node.target), tuple(weight.shape), size,
+                                    digest=content_digest(values, scales))
             done[key] = (read, entry)
         read, entry = done[key]
         entry.users.append(node.name)
