@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from exirc.backend.ops import BackendOp
     from exirc.capture import MethodSource
     from exirc.diagnostics.eager_check import VerificationReport
-    from exirc.diagnostics.quantization import QuantizationReport, Quantized
+    from exirc.diagnostics.quantization import QuantizationReport
     from exirc.runtime.kernels.registry import KernelRegistry
 
 
@@ -59,8 +59,8 @@ class CompileOptions:
     quantize: str | None = None
     calibration_inputs: tuple[str | Path, ...] = ()
     quantize_group_size: int | None = None
-    # An output whose SQNR against the float model (measured on `verify_inputs`
-    # when given, else the calibration inputs) is below this warns; None: 20 dB.
+    # Warn for an output whose SQNR against the float model (on `verify_inputs`
+    # when given, else the calibration inputs) is below this; None: 20 dB.
     min_sqnr_db: float | None = None
     # Told each stage's name and seconds as it finishes (`exirc compile`'s
     # progress lines); per method for the pipeline's stages.
@@ -116,9 +116,9 @@ class CompileResult:
     bundled_cases: int = 0  # with options.bundle: test cases stored in the program
     quantization: QuantizationReport | None = None  # with options.quantize: sizes, accuracy
     # With options.quantize, per method: the quantized model as torch runs it (what
-    # --verify compares the program with), to compare generation with in eager.
+    # --verify compares with); and every warning, as told to `warn`.
     quantized_modules: dict[str, torch.nn.Module] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # told to `warn` as they arose
+    warnings: list[str] = field(default_factory=list)
 
     def save(self, path: str | Path) -> None:
         """Write the program atomically (never a partial file), with the user's umask."""
@@ -254,7 +254,7 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
     with `constant_methods` (name -> value) as a model file's `constant_methods`.
 
     `kernels` is the interpreter's kernel registry for `options.verify`; `warn`
-    receives warnings (default: `warnings.warn`, as AccuracyWarning)."""
+    receives warnings (default: `warnings.warn`)."""
     from exirc.capture import MethodSource
     from exirc.capture.constant_methods import read_constant_methods
 
@@ -298,22 +298,17 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
     compile, and check the program against them; `started` is when capture began."""
     from exirc.capture import capture
 
-    told: list[str] = []
-
-    def tell(messages: list[str]) -> None:  # each warning once, as it arises
-        for message in messages[len(told):]:
-            told.append(message)
-            (warn or _warn_accuracy)(message)
-
     exported = {name: capture(source) for name, source in sources.items()}
     capture_seconds = time.perf_counter() - started
     if options.on_stage is not None:
         options.on_stage("capture", capture_seconds)
     quantize_started = time.perf_counter()
-    quantized = _quantize(sources, exported, options)
+    quantized = None
+    if options.quantize is not None:
+        from exirc.diagnostics.quantization import quantize_with
+        quantized = quantize_with(options, sources, exported, warn)
     if quantized is not None:  # the quantized model is what the program is verified against
         sources, exported = quantized.sources, quantized.exported
-        tell(quantized.report.warnings)
     quantize_seconds = time.perf_counter() - quantize_started
     if quantized is not None and options.on_stage is not None:
         options.on_stage("quantize", quantize_seconds)
@@ -326,12 +321,7 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
         from exirc.diagnostics.quantization import measure
 
         first["quantize"] = quantize_seconds
-        measure(result, quantized, kernels)
-        result.quantization = quantized.report
-        result.quantized_modules = {name: source.module for name, source in sources.items()
-                                    if source.module is not None}
-        tell(quantized.report.warnings)
-        result.warnings = told
+        measure(result, quantized, kernels)  # fills result.quantization, its warnings told
     stages = result.report.stage_seconds  # capture first; kept, with its listener
     ordered = {**first, **stages}
     stages.clear()
@@ -345,26 +335,6 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
             options = dataclasses.replace(options, atol=quantized.report.output_step or None)
         verify_and_bundle(result, references, options, kernels)
     return result
-
-
-def _quantize(sources: dict[str, MethodSource], exported: dict[str, ExportedProgram],
-              options: CompileOptions) -> Quantized | None:
-    if options.quantize is None:
-        return None
-    from exirc.diagnostics.quantization import quantize_sources
-    from exirc.quantize import QuantizeConfig
-
-    config = QuantizeConfig(options.quantize, options.quantize_group_size)
-    return quantize_sources(sources, exported, config, options.calibration_inputs,
-                            options.verify_inputs, options.min_sqnr_db)
-
-
-def _warn_accuracy(message: str) -> None:
-    import warnings
-
-    from exirc.diagnostics.quantization import AccuracyWarning
-
-    warnings.warn(message, AccuracyWarning, stacklevel=4)
 
 
 # -- kernels for backend ops bound to patterns -----------------------------------

@@ -19,7 +19,8 @@ positions or a cache is refused that (`exirc.quantize.calibration`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from exirc.capture import MethodSource
-    from exirc.compiler import CompileResult
+    from exirc.compiler import CompileOptions, CompileResult
     from exirc.diagnostics.reference import Reference
     from exirc.quantize import QuantizeConfig
     from exirc.quantize.weight_only import QuantizedWeight
@@ -100,17 +101,41 @@ class Quantized:
     # --verify-inputs files, else the calibration inputs
     float_references: dict[str, Reference]
     report: QuantizationReport
+    warn: Callable[[str], None] | None = None  # None: warnings.warn, as AccuracyWarning
+    told: list[str] = field(default_factory=list)  # the report's warnings told so far
+
+    def tell(self) -> None:
+        """Tell the report's warnings not told yet, each once, as they arise."""
+        for message in self.report.warnings[len(self.told):]:
+            self.told.append(message)
+            if self.warn is not None:
+                self.warn(message)
+            else:
+                warnings.warn(message, AccuracyWarning, stacklevel=5)
+
+
+def quantize_with(options: CompileOptions, sources: dict[str, MethodSource],
+                  exported: dict[str, ExportedProgram],
+                  warn: Callable[[str], None] | None = None) -> Quantized:
+    """`quantize_sources` as the compile options (`options.quantize`, ...) ask."""
+    from exirc.quantize import QuantizeConfig
+
+    config = QuantizeConfig(options.quantize or "", options.quantize_group_size)
+    return quantize_sources(sources, exported, config, options.calibration_inputs,
+                            options.verify_inputs, options.min_sqnr_db, warn)
 
 
 def quantize_sources(sources: dict[str, MethodSource], exported: dict[str, ExportedProgram],
                      config: QuantizeConfig,
                      calibration_files: Sequence[str | Path] = (),
                      accuracy_files: Sequence[str | Path] = (),
-                     min_sqnr_db: float | None = None) -> Quantized:
+                     min_sqnr_db: float | None = None,
+                     warn: Callable[[str], None] | None = None) -> Quantized:
     """Quantize every method (`exirc.quantize`), calibrated on `calibration_files`
     (or the example inputs); accuracy is to be measured on `accuracy_files` (or
     the calibration inputs). CalibrationError for static int8 that only the
-    example inputs would calibrate, on a model taking positions or a cache."""
+    example inputs would calibrate, on a model taking positions or a cache.
+    Warnings go to `warn` as they arise (default: `warnings.warn`)."""
     from exirc.diagnostics.reference import prepare
     from exirc.ir.source import display_path
     from exirc.quantize import quantize_method
@@ -126,9 +151,11 @@ def quantize_sources(sources: dict[str, MethodSource], exported: dict[str, Expor
         config.mode, config.group_size, origins,
         measured_on=[display_path(str(f)) for f in accuracy_files] or list(origins),
         min_sqnr_db=DEFAULT_MIN_SQNR_DB if min_sqnr_db is None else min_sqnr_db)
+    quantized = Quantized(dict(sources), dict(exported), measured, report, warn)
     if warning is not None:
         report.warnings.append(warning)
-    new_sources, new_exported = dict(sources), dict(exported)
+        quantized.tell()
+    new_sources, new_exported = quantized.sources, quantized.exported
     # Methods of one model share its weights: each is counted once, by content,
     # as the program stores it (`exirc.emit.constants`).
     float_weights: dict[str, int] = {}
@@ -138,26 +165,38 @@ def quantize_sources(sources: dict[str, MethodSource], exported: dict[str, Expor
         float_weights.update(_constant_weights(program))
         source = sources[name]
         calibration = [case.args for case in references[name].cases]
-        quantized = quantize_method(program, config, calibration, source.example_inputs,
-                                    source.dynamic_shapes, f"method {name!r}")
-        new_exported[name] = quantized.program
-        new_sources[name] = replace(source, module=quantized.module, exported=None)
-        if quantized.layers:
-            layers.update(quantized.layers)
+        method = quantize_method(program, config, calibration, source.example_inputs,
+                                 source.dynamic_shapes, f"method {name!r}")
+        new_exported[name] = method.program
+        new_sources[name] = replace(source, module=method.module, exported=None)
+        if method.layers:
+            layers.update(method.layers)
         else:
-            report.quantized_ops += quantized.quantized_ops
-        for weight in quantized.weights:
+            report.quantized_ops += method.quantized_ops
+        for weight in method.weights:
             weights.setdefault((weight.name, weight.shape, weight.group_size, weight.digest),
                                weight)
-        report.output_step = max([report.output_step, *output_steps(quantized.module)])
+        report.output_step = max([report.output_step, *output_steps(method.module)])
     report.float_weight_bytes = sum(float_weights.values())
     report.quantized_ops += len(layers)
     report.weights = list(weights.values())
-    return Quantized(new_sources, new_exported, measured, report)
+    return quantized
 
 
 def measure(result: CompileResult, quantized: Quantized,
             kernels: KernelRegistry | None = None) -> None:
+    """`_measure`, then the result's quantization report, quantized modules (per
+    method, what --verify compares with) and warnings, told as they arise."""
+    _measure(result, quantized, kernels)
+    result.quantization = quantized.report
+    result.quantized_modules = {name: source.module for name, source
+                                in quantized.sources.items() if source.module is not None}
+    quantized.tell()
+    result.warnings = list(quantized.told)
+
+
+def _measure(result: CompileResult, quantized: Quantized,
+             kernels: KernelRegistry | None = None) -> None:
     """Fill the report's stored weight bytes and per-output accuracy from the
     compiled program, run by exirc's runtime on the inputs `quantize_sources` took
     the float outputs of; outputs under the minimum SQNR add warnings."""
