@@ -145,12 +145,15 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
               help="Import a module (name or .py path) before loading the model, e.g. "
                    "transformers.modeling_outputs for a .pt2 whose outputs are its types "
                    "(repeatable).")
-@click.option("--quantize", type=click.Choice(["int8", "int8-weight-only", "int4-weight-only"]),
+@click.option("--quantize", type=click.Choice(["int8", "int8-weight-only", "int4-weight-only",
+                                              "8da4w", "8da8w"]),
               default=None,
               help="Quantize before compiling: int8 (static: per-channel weights and "
                    "per-tensor activations of conv/linear, calibrated), or the weight-only "
                    "modes for language models (linear and embedding weights, group-wise "
-                   "scales). Prints weight bytes and accuracy against the float model.")
+                   "scales), or 8da4w / 8da8w (linear layers: int8 activations quantized "
+                   "per token at run time, int4 weights per group or int8 per channel). "
+                   "Prints weight bytes and accuracy against the float model.")
 @click.option("--calibration-inputs", "calibration_inputs", multiple=True, metavar="FILE.npz",
               type=click.Path(dir_okay=False),
               help="Inputs to calibrate --quantize int8 on and measure accuracy with, a .npz "
@@ -160,8 +163,9 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
                    "float model is below DB (default 20; measured on --verify-inputs when "
                    "given, else the calibration inputs).")
 @click.option("--group-size", type=int, default=None,
-              help="Values per scale of the weight-only modes (default: per channel for "
-                   "int8, 128 for int4; rows it does not divide get one scale per channel).")
+              help="Values per scale of the weight-only modes and 8da4w (default: per "
+                   "channel for int8, 128 for int4, 32 for 8da4w; rows it does not divide "
+                   "get one scale per channel).")
 @click.option("--explain-delegation", type=click.Choice(["text", "full", "json"]),
               is_flag=False, flag_value="text", default=None,
               help="Print what was delegated and, one line per reason and op with counts, "

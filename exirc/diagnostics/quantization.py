@@ -243,6 +243,8 @@ _ADVICE = {
             "mode, or calibrate on more representative --calibration-inputs",
     "int4-weight-only": "try a smaller --group-size, or int8-weight-only",
     "int8-weight-only": "try a smaller --group-size",
+    "8da4w": "try a smaller --group-size, or 8da8w",
+    "8da8w": "try a weight-only mode (activations stay float)",
 }
 
 

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from exirc.quantize.weight_only import QuantizedWeight
 
-MODES = ("int8", "int8-weight-only", "int4-weight-only")
+MODES = ("int8", "int8-weight-only", "int4-weight-only", "8da4w", "8da8w")
+DYNAMIC_MODES = ("8da4w", "8da8w")  # int8 activations per token at run time
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,16 @@ class QuantizeConfig:
             raise UsageError(f"unknown quantization mode {self.mode!r}",
                              hint=f"modes: {', '.join(MODES)}")
         if self.group_size is not None:
-            if self.mode == "int8":
-                raise UsageError("a group size applies to the weight-only modes",
-                                 hint="int8 quantizes weights per output channel")
+            if self.mode in ("int8", "8da8w"):
+                raise UsageError(f"a group size applies to the weight-only modes and 8da4w, "
+                                 f"not {self.mode}",
+                                 hint=f"{self.mode} quantizes weights per output channel")
             if self.group_size < 2 or self.group_size % 2:
                 raise UsageError(f"group size {self.group_size} must be an even number >= 2")
 
     @property
     def bits(self) -> int:
-        return 4 if self.mode.startswith("int4") else 8
+        return 4 if self.mode.startswith("int4") or self.mode == "8da4w" else 8
 
 
 @dataclass
@@ -72,6 +74,7 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
     """Quantize one captured method. `calibration` holds the argument tuples the
     static mode observes; `where` names the method for messages."""
     from exirc.capture.export_failures import quiet_torch
+    from exirc.quantize.dynamic import quantize_dynamic
     from exirc.quantize.weight_only import quantize_weights
 
     if dynamic_shapes is None and _has_dynamic_inputs(exported):
@@ -87,6 +90,8 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
         # Embedding tables are weights pt2e leaves float; in language models they
         # are most of the bytes. They become int8 rows read by embedding_byte.
         weights = quantize_weights(module, 8, embeddings_only=True)
+    elif config.mode in DYNAMIC_MODES:
+        weights = quantize_dynamic(module, config.bits, config.group_size)
     else:
         weights = quantize_weights(module, config.bits, config.group_size)
     if not weights and not quantized_ops:
