@@ -60,7 +60,7 @@ class PluginError(UsageError):
 class TargetQuantizationError(UsageError):
     """The target cannot run a layer of the chosen quantization mode as it is stored."""
 
-    code = "E0203"
+    code = "E0204"
     default_hint = ("use --quantize 8da4w or 8da8w (activations quantized inside XNNPACK), "
                     "or --target portable")
 

@@ -40,7 +40,7 @@ import torch
 from torch.fx import Node
 
 from exirc.backend.quantized_ops import is_quantize
-from exirc.backend.xnnpack.args import as_float, as_ints
+from exirc.backend.xnnpack.args import as_float, as_int, as_ints
 from exirc.backend.xnnpack.patterns import Match
 
 aten = torch.ops.aten
@@ -147,13 +147,12 @@ def _weight(value: object, constant: Constant) -> tuple[tuple[Node, ...], torch.
         if not isinstance(group, int) or group <= 0 or columns % group \
                 or bits == 4 and columns % 2 or scales.numel() != rows * (columns // group):
             return None
-        least, most = INT4 if bits == 4 else INT8
-        if int(data.min()) < least or int(data.max()) > most:
+        if int(data.min()) < as_int(low) or int(data.max()) > as_int(high):
             return None
         scales = scales.reshape(rows, columns // group)
     elif scales.numel() != rows:
         return None
-    return (dq, value), data, scales, bits, group if isinstance(group, int) else 0
+    return (dq, value), data, scales, bits, as_int(group)
 
 
 def match_dynamic_linear(root: Node, constant: Constant) -> Match | None:
@@ -186,9 +185,8 @@ def dynamic_linear(root: Node, constant: Constant
     x, activation_nodes = activation
     if bits == 8 and group:
         return None  # XNNPACK's qd8 filters: int8 per channel, int4 per channel or block
-    flattened = root.args[1 if bias_node is not None else 0]
-    if activation_nodes[-1].target == aten.view_copy.default and isinstance(flattened, Node) \
-            and list(flattened.meta["val"].shape)[-1] != list(x.meta["val"].shape)[-1]:
+    if activation_nodes[-1].target == aten.view_copy.default and isinstance(x_arg, Node) \
+            and list(x_arg.meta["val"].shape)[-1] != list(x.meta["val"].shape)[-1]:
         return None  # a view that is not only flattening the leading dims
     if list(x.meta["val"].shape)[-1] != integers.shape[1]:
         return None
