@@ -1,7 +1,9 @@
 """Nothing stored twice: each weight's bytes are in the file once, after
 folding, across methods and delegates, and between a delegate's named data
 and the program's own constants (issue 35). The files run as eager on
-exirc's runtime and ExecuTorch's, and are no bigger than ExecuTorch's own.
+exirc's runtime and ExecuTorch's, and are no bigger than ExecuTorch's own
+(the taggers, the tied head on XNNPACK), or not once exirc's own metadata
+is left out (`bench.file_size.without_metadata`).
 
 A weight counts as stored once when its bytes, or its transpose's (folding
 stores a linear's weight transposed for the portable kernels), occur once
@@ -20,6 +22,8 @@ from torch import nn
 from exirc.compiler import CompileOptions, compile_module
 from exirc.inspector.size import size_report
 from exirc.runtime import load
+from tests.models.taggers import TAGGERS
+from tests.models.tied_weights import TIED
 from tests.models.zoo import ZOO, flatten_outputs
 from tests.oracle import requires_executorch
 
@@ -27,69 +31,13 @@ TARGETS = ("portable", "xnnpack")
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
 
-class Tagger(nn.Module):
-    """Embedding, a two-layer recurrence over 16 steps of a batch-first input,
-    per-step tags: the input weights are broadcast over the time steps."""
-
-    def __init__(self, cell: type[nn.LSTM] | type[nn.GRU]) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(100, 48)
-        self.rnn = cell(48, 32, num_layers=2, batch_first=True)
-        self.tag = nn.Linear(32, 5)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        out, _ = self.rnn(self.emb(ids))
-        return self.tag(out)
-
-
-class SharedWeight(nn.Module):
-    """Two linears reading one weight, with a cumulative sum (which XNNPACK does
-    not run) between them: on XNNPACK, two delegates read it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Linear(64, 64)
-        self.b = nn.Linear(64, 64)
-        self.b.weight = self.a.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(torch.relu(self.a(x)).cumsum(-1))
-
-
-class TiedHead(nn.Module):
-    """An embedding and an LM head sharing their table (a kernel does the
-    lookup, XNNPACK the head)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(256, 64)
-        self.norm = nn.LayerNorm(64)
-        self.head = nn.Linear(64, 256, bias=False)
-        self.head.weight = self.emb.weight
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(self.emb(ids)))
-
-
-def _ids(high: int, shape: tuple[int, ...]) -> torch.Tensor:
-    return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(1))
-
-
 def _model(name: str) -> tuple[nn.Module, tuple[Any, ...]]:
-    torch.manual_seed(0)
-    if name == "lstm_tagger":
-        return Tagger(nn.LSTM).eval(), (_ids(100, (2, 16)),)
-    if name == "gru_tagger":
-        return Tagger(nn.GRU).eval(), (_ids(100, (2, 16)),)
-    if name == "shared_weight":
-        return SharedWeight().eval(), (torch.randn(4, 64),)
-    if name == "tied_head":
-        return TiedHead().eval(), (_ids(256, (1, 8)),)
-    zoo = ZOO[name]
+    zoo = {**TAGGERS, **TIED}.get(name) or ZOO[name]
     return zoo.module(), zoo.inputs()
 
 
-MODELS = ["lstm_tagger", "gru_tagger", "shared_weight", "tied_head",
+MODELS = ["lstm_tagger", "lstm_tagger_16", "gru_bidirectional", "gru_tagger_16",
+          "shared_weight", "tied_head",
           pytest.param("gpt2_lm_head", marks=pytest.mark.skipif(
               not HAVE_TRANSFORMERS, reason="needs transformers"))]
 
@@ -144,18 +92,6 @@ def test_files_run_as_eager_on_exircs_runtime(name: str, target: str) -> None:
         torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-4, atol=1e-4)
 
 
-def _executorch_file(model: nn.Module, inputs: tuple[Any, ...], target: str) -> bytes:
-    from executorch.exir import to_edge, to_edge_transform_and_lower
-
-    exported = torch.export.export(model, inputs)
-    if target == "portable":
-        return bytes(to_edge(exported).to_executorch().buffer)
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-    return bytes(lowered.to_executorch().buffer)
-
-
 @requires_executorch
 @pytest.mark.oracle
 @pytest.mark.parametrize("target", TARGETS)
@@ -170,14 +106,50 @@ def test_files_run_as_eager_on_executorchs_runtime(name: str, target: str) -> No
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+_executorchs: dict[tuple[str, str], bytes] = {}
+
+
+def _executorch_file(name: str, target: str) -> bytes:
+    """ExecuTorch's own file of model `name` for `target` (`make bench`'s lowering)."""
+    from bench.common import executorch_file
+
+    if (name, target) not in _executorchs:
+        model, inputs = _model(name)
+        _executorchs[name, target] = executorch_file(model, inputs,
+                                                     xnnpack=target == "xnnpack")
+    return _executorchs[name, target]
+
+
 @requires_executorch
 @pytest.mark.oracle
-@pytest.mark.parametrize("name", ["lstm_tagger", "gru_tagger", "tied_head"])
-def test_xnnpack_file_is_no_bigger_than_executorchs(name: str) -> None:
-    model, inputs = _model(name)
-    ours = _compiled_file(name, "xnnpack")
-    theirs = _executorch_file(model, inputs, "xnnpack")
+@pytest.mark.parametrize("name, target", [
+    *((name, target) for name in ("lstm_tagger", "lstm_tagger_16", "gru_bidirectional",
+                                  "gru_tagger_16") for target in TARGETS),
+    ("tied_head", "xnnpack")])
+def test_file_is_no_bigger_than_executorchs(name: str, target: str) -> None:
+    ours, theirs = _compiled_file(name, target), _executorch_file(name, target)
     assert len(ours) <= len(theirs), f"{name}: {len(ours):,} B against {len(theirs):,} B"
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", [m for m in MODELS if m != "gpt2_lm_head"])
+def test_without_exircs_metadata_no_bigger_than_executorchs(name: str, target: str) -> None:
+    """What remains larger (a weight two linears share, the tied head on
+    portable kernels) is exirc's own metadata, names and stack traces: the
+    file written again without them is no bigger than ExecuTorch's, and runs
+    the same."""
+    from bench.file_size import without_metadata
+
+    stripped = without_metadata(_compiled_file(name, target))
+    theirs = _executorch_file(name, target)
+    assert len(stripped) <= len(theirs), \
+        f"{name}: {len(stripped):,} B against {len(theirs):,} B"
+    model, inputs = _model(name)
+    outputs = load(stripped).run("forward", list(inputs))
+    for got, want in zip(outputs, _eager(model, inputs), strict=True):
+        torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_weight_two_delegates_read_is_named_data_once() -> None:
