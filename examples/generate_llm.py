@@ -2,10 +2,11 @@
 
     python examples/generate_llm.py out/tiny_llm.pte out/tokenizer.json "the model"
 
-Loads the program compiled from `examples/tiny_llm.py` and reads what it needs
-from its constant methods (as ExecuTorch's LLM runner does), feeds the prompt a
-token at a time, then generates greedily until the end-of-text token or the
-budget; the eager model generates the same way, and the tokens must be equal.
+Loads the program compiled from `examples/tiny_llm.py` and generates greedily
+with `exirc.runtime.text_generation` (what `exirc generate` runs: it reads the
+program's constant methods as ExecuTorch's LLM runner does, feeds the prompt,
+then decodes until the end-of-text token or the budget); the eager model
+generates the same way, and the tokens must be equal.
 """
 
 from __future__ import annotations
@@ -14,33 +15,16 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_llm  # noqa: E402
 
 from exirc.runtime import load  # noqa: E402
+from exirc.runtime.text_generation import TextGenerator  # noqa: E402
 
 
 def generate(program_path: str, prompt: list[int], new_tokens: int) -> list[int]:
-    program = load(program_path)
-    facts = program.constant_methods
-    eos = set(facts["get_eos_ids"])
-    budget = min(new_tokens, facts["get_max_seq_len"] - len(prompt))
-    forward = program.method("forward")
-
-    def step(token: int, position: int) -> torch.Tensor:
-        return forward.run([torch.tensor([[token]]), torch.tensor([position])])[0]
-
-    for position, token in enumerate(prompt):
-        logits = step(token, position)
-    tokens: list[int] = []
-    while len(tokens) < budget:
-        tokens.append(int(logits[0, -1].argmax()))
-        if tokens[-1] in eos:
-            break
-        logits = step(tokens[-1], len(prompt) + len(tokens) - 1)
-    return tokens
+    """Greedy tokens from the compiled program, driven as `exirc generate` drives it."""
+    return TextGenerator(load(program_path)).generate(prompt, new_tokens).tokens
 
 
 def main() -> int:

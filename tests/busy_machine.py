@@ -29,4 +29,4 @@ def busy_neighbours(count: int | None = None) -> Iterator[list[subprocess.Popen[
         for spinner in spinners:
             spinner.kill()
         for spinner in spinners:
-            spinner.wait()
+            spinner.wait(timeout=120)

@@ -1,6 +1,9 @@
 """Shared test configuration, and fixtures more than one test module needs."""
 
 import importlib.util
+import os
+import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +12,56 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "smoke: part of the seconds-long `make check` run")
+
+
+RUNTIME_TESTS = Path(__file__).parent / "runtime"
+ENGINE_TEST_FOLDER = RUNTIME_TESTS / "engines"
+
+
+def _runs_again_without_extras(item: pytest.Item) -> bool:
+    """Whether `make test`'s second pass (the runtime's non-slow tests with the engine
+    extras hidden) runs this test on the same interpreter: a runtime test outside
+    tests/runtime/engines that runs on the reference (pinned here, `auto` there, which
+    with nothing installed is the reference), or the reference case of one taking the
+    `engine` fixture."""
+    path = Path(str(item.fspath))
+    if RUNTIME_TESTS not in path.parents or ENGINE_TEST_FOLDER in path.parents:
+        return False
+    if item.get_closest_marker("slow") is not None:
+        return False
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "engine" in callspec.params:
+        return callspec.params["engine"] == "reference"
+    return True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS set (`make test`'s first pass), leave out
+    the runtime tests its second pass runs on the same interpreter, so the suite does not
+    run ~800 tests twice; a plain `pytest` still runs everything."""
+    if not os.environ.get("EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS"):
+        return
+    later = [item for item in items if _runs_again_without_extras(item)]
+    if later:
+        config.hook.pytest_deselected(items=later)
+        items[:] = [item for item in items if not _runs_again_without_extras(item)]
+
+
+@pytest.fixture(autouse=True)
+def _the_same_random_state_for_every_test() -> None:
+    """Every test starts from seed 0 (torch, numpy, random), whatever ran before it, in
+    this process or another worker: its unseeded draws (random inputs, a model's initial
+    weights) are the same values on every run, and no verdict depends on test order or
+    selection. (Draws made at import time, before any test, take a seeded
+    torch.Generator instead.) torch and numpy are seeded only if already imported, so a
+    test that imports neither still does not."""
+    random.seed(0)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(0)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(0)
 
 
 @pytest.fixture()
@@ -60,8 +113,6 @@ def load_on(engine: str, source: Any, **limits: Any) -> Any:
         pytest.skip(f"the {engine} engine does not take this program: {error.message}")
 
 
-ENGINE_TEST_FOLDER = Path(__file__).parent / "runtime" / "engines"
-
 
 @pytest.fixture(autouse=True)
 def _reference_unless_an_engine_is_named(request: pytest.FixtureRequest,
@@ -69,7 +120,10 @@ def _reference_unless_an_engine_is_named(request: pytest.FixtureRequest,
     """Tests run programs on the reference interpreter unless they name an engine:
     the compiler's tests check the compiler, not whichever engines are installed.
     Engine tests (tests/runtime/engines/, and those taking the `engine` fixture)
-    choose their engine themselves."""
+    choose their engine themselves; so does `make test`'s run without the engine
+    extras (tests/without_extras), where the default, auto, has none to use."""
     if "engine" in request.fixturenames or ENGINE_TEST_FOLDER in Path(request.path).parents:
         return
+    if os.environ.get("EXIRC_WITHOUT_EXTRAS"):
+        return  # `auto` with no engine installed must be the reference: make test checks it
     monkeypatch.setenv("EXIRC_ENGINE", "reference")

@@ -12,6 +12,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 
@@ -98,6 +99,16 @@ def _hint(error: Exception, text: str) -> str:
         fixes = _suggested_fixes(text)
         advice = f" torch suggests: {fixes}" if fixes else ""
         return "the dynamic_shapes conflict with what the model does with those sizes." + advice
+    given = _unsupported_input(text)
+    if given is not None and given.endswith("Cache"):
+        return (f"a transformers cache object ({given}) is passed as an input, and a "
+                "program's inputs are tensors: keep the cache inside the model as buffers it "
+                "updates (transformers' TorchExportableModuleWithStaticCache does; docs/llm.md "
+                "shows the whole path)")
+    if given is not None:
+        return (f"an input is a {given}, which torch.export cannot take: pass tensors "
+                "(or tuples, lists and dicts of them), or register the type with "
+                "torch.export.register_dataclass")
     if "DynamicCache" in text or "cache_utils" in text:
         return ("the model returns a transformers cache object (DynamicCache): pass "
                 "use_cache=False in example_inputs (or set model.config.use_cache = False), "
@@ -107,6 +118,12 @@ def _hint(error: Exception, text: str) -> str:
                 "(torch.cond for branches on tensors)")
     return ("export runs forward on the example inputs: check that the model runs on them "
             "in eager PyTorch; --debug shows torch's full message")
+
+
+def _unsupported_input(text: str) -> str | None:
+    """The class name in torch.export's "Unsupported input type <class 'a.b.C'>"."""
+    found = re.search(r"Unsupported input type <class '([\w.]+)'>", text)
+    return found.group(1).rsplit(".", 1)[-1] if found else None
 
 
 def _suggested_fixes(text: str) -> str:

@@ -55,16 +55,35 @@ def positional_inputs(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Ma
                          hint="pass the inputs positionally, as a tuple")
     positional = [p for p in parameters if p.kind in _POSITIONAL]
     given = [i for i, p in enumerate(positional) if p.name in bound.arguments]
-    keyword_only = [name for name in bound.arguments
-                    if name not in {p.name for p in positional}]
-    if keyword_only:
-        raise ModelError(f"{where}: {label} gives {', '.join(map(repr, keyword_only))}, which "
-                         f"{_shorten(shown)} takes only by keyword; exirc passes a program's "
-                         "inputs positionally",
+    keyword_only, through_kwargs = _not_positional(signature, positional, bound.arguments)
+    if keyword_only or through_kwargs:
+        given_names = ", ".join(map(repr, keyword_only + through_kwargs))
+        how = "only by keyword" if not through_kwargs else (
+            "only through **kwargs" if not keyword_only else "only by keyword or **kwargs")
+        raise ModelError(f"{where}: {label} gives {given_names}, which {_shorten(shown)} "
+                         f"takes {how}; exirc passes a program's inputs positionally",
                          hint="wrap the model in an nn.Module whose forward takes the input "
                               "positionally and passes it on by keyword")
     last = given[-1] if given else -1
     return tuple(bound.arguments.get(p.name, p.default) for p in positional[:last + 1])
+
+
+def _not_positional(signature: inspect.Signature, positional: list[inspect.Parameter],
+                    arguments: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The given keywords forward cannot take positionally: those naming a
+    keyword-only parameter, and those that reach its `**kwargs` (by their own
+    names, not the parameter's)."""
+    keyword_only: list[str] = []
+    through_kwargs: list[str] = []
+    positional_names = {p.name for p in positional}
+    for name, value in arguments.items():
+        if name in positional_names:
+            continue
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            through_kwargs.extend(value)
+        else:
+            keyword_only.append(name)
+    return keyword_only, through_kwargs
 
 
 def _shorten(text: str, limit: int = 160) -> str:

@@ -42,6 +42,7 @@ file, 4 unsupported operator, 5 verification mismatch.
 SUBCOMMANDS = {
     "compile": "exirc.cli.compile_command:compile_command",
     "explain": "exirc.cli.explain_command:explain_command",
+    "generate": "exirc.cli.generate_command:generate_command",
     "inspect": "exirc.cli.inspect_command:inspect_command",
     "passes": "exirc.cli.passes_command:passes_command",
     "run": "exirc.cli.run_command:run_command",

@@ -156,10 +156,11 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
 @click.option("--group-size", type=int, default=None,
               help="Values per scale of the weight-only modes (default: per channel for "
                    "int8, 128 for int4; rows it does not divide get one scale per channel).")
-@click.option("--explain-delegation", type=click.Choice(["text", "json"]), is_flag=False,
-              flag_value="text", default=None,
-              help="Print every delegated partition (ops, source lines, weights) and every "
-                   "node left on the interpreter with the reason; =json for programs.")
+@click.option("--explain-delegation", type=click.Choice(["text", "full", "json"]),
+              is_flag=False, flag_value="text", default=None,
+              help="Print what was delegated and, one line per reason and op with counts, "
+                   "what was left on the interpreter (methods that read the same once); "
+                   "=full lists every partition and every node, =json is for programs.")
 @click.option("--time-passes", is_flag=True, help="Print a table of pass timings.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was made as JSON on stdout (format exirc.compile: output, "
@@ -237,8 +238,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     report = result.report
     if explain_delegation == "json":
         click.echo(explain_json(result.delegation), nl=False)
-    elif explain_delegation == "text":
-        click.echo(explain_text(result.delegation), nl=False)
+    elif explain_delegation is not None:
+        click.echo(explain_text(result.delegation, full=explain_delegation == "full"),
+                   nl=False)
     if time_passes and report.instrument is not None:
         click.echo(report.instrument.timing_table(), err=True)
     if as_json:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from exirc.errors import ExircError, InternalError
+
 if TYPE_CHECKING:
     from exirc.runtime.kernels.registry import KernelRegistry
 
@@ -21,7 +23,6 @@ def check_loadable(data: bytes, kernels: KernelRegistry | None = None) -> None:
     written. The reference interpreter loads it, with every check `exirc run` makes
     but those about this machine: its memory, and the delegation backends it has
     (a delegate for a backend only the device has is the device's to check)."""
-    from exirc.errors import ExircError, InternalError
     from exirc.runtime import load
     from exirc.runtime.delegates.registry import BACKENDS, BackendRegistry
 
@@ -33,11 +34,19 @@ def check_loadable(data: bytes, kernels: KernelRegistry | None = None) -> None:
         load(data, kernels=kernels, backends=DeviceBackends(BACKENDS), engine="reference",
              machine_limits=False)
     except ExircError as error:
-        raise InternalError(
-            f"the compiled program fails exirc's own load checks, so no file was written: "
-            f"error[{error.code}]: {error.message}",
-            hint="this is a bug in exirc or in a pass of a custom pipeline (--pipeline): "
-                 "report it with the command you ran and --debug output") from error
+        raise refused_by_own_loader(error) from error
+
+
+def refused_by_own_loader(error: ExircError) -> InternalError:
+    """What the user sees when exirc's loader refuses a program exirc just compiled
+    (the load check, or --verify loading it): a bug of exirc or of a custom
+    pipeline's pass, never a file to re-create with `exirc compile` (FormatError's
+    own hint), the command that just made it."""
+    return InternalError(
+        f"the compiled program fails exirc's own load checks, so no file was written: "
+        f"error[{error.code}]: {error.message}",
+        hint="this is a bug in exirc or in a pass of a custom pipeline (--pipeline): "
+             "report it with the command you ran and --debug output")
 
 
 class _UncheckedBackend:

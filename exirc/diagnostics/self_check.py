@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from exirc.diagnostics.load_check import refused_by_own_loader
 from exirc.diagnostics.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
-from exirc.errors import UsageError
+from exirc.errors import FormatError, UsageError
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -69,8 +70,11 @@ def verify_and_bundle(result: CompileResult, references: dict[str, Reference],
     stages = result.report.stage_seconds
     if options.verify:
         started = time.perf_counter()
-        result.verification = verify_result(result, references, tolerance=tolerance,
-                                            kernels=kernels)
+        try:
+            result.verification = verify_result(result, references, tolerance=tolerance,
+                                                kernels=kernels)
+        except FormatError as error:  # only if the load check let it through
+            raise refused_by_own_loader(error) from error
         stages["verify"] = time.perf_counter() - started
         result.verification.raise_if_failed()
     if options.bundle:

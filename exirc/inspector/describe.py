@@ -51,6 +51,7 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
     by_method: dict[int, list[Payload]] = {}  # plan index -> its delegates' payloads
     for payload in payloads:
         by_method.setdefault(payload.plan, []).append(payload)
+    size = size_breakdown(pf, roles, set(readers))
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -74,8 +75,8 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
                  "weights_of_count": readers[i].count if i in readers else 0}
                 for i, (start, size) in enumerate(pf.segment_spans))),
         },
-        "size": size_breakdown(pf, roles, set(readers)),
-        "constants": constants_summary(program),
+        "size": size,
+        "constants": constants_summary(program, size["constants"]),
         "methods": Lazy(len(program.execution_plan), lambda: (
             describe_plan(program, plan, shapes.get(plan.name), by_method.get(i, []), key_users,
                           names, modules)
@@ -134,17 +135,23 @@ def size_breakdown(pf: ProgramFile, roles: dict[int, str],
     return buckets
 
 
-def constants_summary(program: P.Program) -> dict[str, int]:
-    """Constant tensors actually referenced, and the bytes they use."""
-    used: dict[int, int] = {}
+def constants_summary(program: P.Program, stored_bytes: int) -> dict[str, int]:
+    """The constant tensors referenced, and `stored_bytes`: what the constants take
+    in the file, the one figure the size line and the segment line show too (the
+    constant segment with the alignment between its buffers, and inline buffers).
+
+    Program state is not counted: a planned tensor with data is state, its
+    initial value stored in a mutable data segment whose buffers have numbers
+    of their own (not the constants')."""
+    used: set[int] = set()
     for plan in program.execution_plan:
         for value in plan.values:
-            if isinstance(value, P.Tensor) and value.data_buffer_idx:
-                used[value.data_buffer_idx] = max(used.get(value.data_buffer_idx, 0),
-                                                  value.nbytes)
+            if isinstance(value, P.Tensor) and value.data_buffer_idx \
+                    and value.allocation_info is None:
+                used.add(value.data_buffer_idx)
     return {
         "count": len(used),
-        "bytes": sum(used.values()),
+        "bytes": stored_bytes,
         "buffers": max(0, program.constant_count() - 1),  # entry 0 is reserved
     }
 

@@ -39,22 +39,29 @@ def compiled(module: nn.Module, inputs: tuple[torch.Tensor, ...], target: str = 
     return program.run("forward", list(inputs))[0], operators
 
 
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
 def qkv(batch: int, heads: int, length: int, size: int, positions: int | None = None,
-        value_size: int | None = None) -> tuple[torch.Tensor, ...]:
-    positions = positions or length
-    return (torch.randn(batch, heads, length, size), torch.randn(batch, heads, positions, size),
-            torch.randn(batch, heads, positions, value_size or size))
+        value_size: int | None = None, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Query, key and value drawn from `seed` (the cases are made at import time, before
+    any test seeds torch)."""
+    positions, random = positions or length, seeded(seed)
+    return (torch.randn(batch, heads, length, size, generator=random),
+            torch.randn(batch, heads, positions, size, generator=random),
+            torch.randn(batch, heads, positions, value_size or size, generator=random))
 
 
 CASES = [
     # (inputs, options)
     (qkv(1, 2, 17, 16), {}),
-    (qkv(3, 4, 5, 8, positions=7, value_size=6), {}),
-    (qkv(2, 3, 6, 8), {"scale": 0.3}),
-    (qkv(2, 2, 6, 8), {"is_causal": True}),
-    ((*qkv(2, 2, 5, 4, positions=6), torch.rand(5, 6) > 0.3), {}),
-    ((*qkv(2, 2, 5, 4), torch.randn(2, 1, 5, 5)), {"scale": 1.5}),
-    (tuple(t[0, 0] for t in qkv(1, 1, 5, 4)), {}),  # no batch dims
+    (qkv(3, 4, 5, 8, positions=7, value_size=6, seed=1), {}),
+    (qkv(2, 3, 6, 8, seed=2), {"scale": 0.3}),
+    (qkv(2, 2, 6, 8, seed=3), {"is_causal": True}),
+    ((*qkv(2, 2, 5, 4, positions=6, seed=4), torch.rand(5, 6, generator=seeded(5)) > 0.3), {}),
+    ((*qkv(2, 2, 5, 4, seed=6), torch.randn(2, 1, 5, 5, generator=seeded(7))), {"scale": 1.5}),
+    (tuple(t[0, 0] for t in qkv(1, 1, 5, 4, seed=8)), {}),  # no batch dims
 ]
 
 

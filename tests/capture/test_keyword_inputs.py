@@ -13,6 +13,7 @@ from exirc.capture import load_model
 from exirc.compiler import CompileOptions, compile_model
 from exirc.errors import ModelError
 from exirc.runtime import load
+from tests.cli.test_conventions import run
 
 ENCODER = """
     import torch
@@ -107,6 +108,48 @@ def test_keyword_inputs_that_do_not_fit_name_the_parameter(tmp_path: Path, input
         load_model(str(path))
     for word in words:
         assert word in raised.value.message, raised.value.message
+
+
+def test_a_keyword_that_reaches_kwargs_is_named_by_its_own_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # transformers' decoders take `cache_position` (and more) through **kwargs:
+    # the message names the keyword the user gave, not the parameter `kwargs`.
+    (tmp_path / "model.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Decoder(torch.nn.Module):
+            def forward(self, input_ids, **kwargs):
+                return input_ids * 2
+
+        model = Decoder()
+        example_inputs = {"input_ids": torch.ones(1, 3), "cache_position": torch.arange(3)}
+    """))
+    code, _, err = run(capsys, "compile", str(tmp_path / "model.py"), "-o",
+                       str(tmp_path / "model.pte"))
+    assert code == 3, err
+    assert err.splitlines()[:2] == [
+        f"error[E0310]: {tmp_path / 'model.py'}:9: `example_inputs` gives 'cache_position', "
+        "which Decoder.forward(input_ids, **kwargs) takes only through **kwargs; exirc passes "
+        "a program's inputs positionally",
+        "  hint: wrap the model in an nn.Module whose forward takes the input positionally "
+        "and passes it on by keyword"]
+
+
+def test_keyword_only_and_kwargs_keywords_are_named_together(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Decoder(torch.nn.Module):
+            def forward(self, input_ids, *, scale=1.0, **kwargs):
+                return input_ids * scale
+
+        model = Decoder()
+        example_inputs = {"input_ids": torch.ones(1, 3), "scale": 2.0, "extra": 1, "more": 2}
+    """))
+    with pytest.raises(ModelError) as raised:
+        load_model(str(tmp_path / "model.py"))
+    assert "gives 'scale', 'extra', 'more', which Decoder.forward(input_ids, *, scale=1.0, " \
+           "**kwargs) takes only by keyword or **kwargs;" in raised.value.message
 
 
 def test_keyword_inputs_of_a_transformers_model(tmp_path: Path) -> None:

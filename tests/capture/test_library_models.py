@@ -48,8 +48,12 @@ torch.export.save(program, "scorer.pt2")
 """
 
 
+EXIRC_ROOT = str(Path(__file__).resolve().parents[2])  # the checkout these tests are in
+
+
 def exirc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": ""}
+    # Only the exirc under test on the path (not the archive's library folder).
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": EXIRC_ROOT}
     return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
                           text=True, timeout=300, cwd=cwd, env=env)
 
@@ -118,6 +122,35 @@ def test_a_model_returning_a_dynamic_cache_gets_the_use_cache_hint(tmp_path: Pat
     assert lines[1].startswith("  hint: the model returns a transformers cache object "
                                "(DynamicCache): pass use_cache=False in example_inputs")
     assert "<string>" not in ran.stderr
+
+
+def test_a_static_cache_passed_as_an_input_gets_the_cache_inside_hint(tmp_path: Path) -> None:
+    # Not the hint for a returned DynamicCache (use_cache=False would not help):
+    # the cache must live in the model, as buffers its methods update.
+    pytest.importorskip("transformers")
+    (tmp_path / "llama.py").write_text(textwrap.dedent("""
+        import torch
+        import transformers
+
+        config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                          num_hidden_layers=1, num_attention_heads=2,
+                                          num_key_value_heads=1)
+        model = transformers.LlamaForCausalLM(config).eval()
+        cache = transformers.StaticCache(config=config, max_cache_len=8)
+        example_inputs = (torch.ones(1, 4, dtype=torch.long), None, None, cache)
+    """))
+    ran = exirc("compile", "llama.py", "-q", "-o", "llama.pte", cwd=tmp_path)
+    assert ran.returncode == 3, ran.stderr
+    lines = ran.stderr.splitlines()
+    assert lines[0].startswith("error[E0310]: llama.py: cannot export method 'forward': "
+                               "ValueError: Unsupported input type <class "
+                               "'transformers.cache_utils.StaticCache'>.")
+    assert lines[1] == (
+        "  hint: a transformers cache object (StaticCache) is passed as an input, and a "
+        "program's inputs are tensors: keep the cache inside the model as buffers it updates "
+        "(transformers' TorchExportableModuleWithStaticCache does; docs/llm.md shows the "
+        "whole path)")
+    assert "DynamicCache" not in ran.stderr and "use_cache" not in ran.stderr
 
 
 @pytest.mark.parametrize(("text", "limit", "expected"), [

@@ -5,15 +5,19 @@ from __future__ import annotations
 import io
 import os
 import pty
+import select
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from exirc.cli.progress import stage_printer, wants_progress
 from tests.cli.tiny_model import TINY_MODEL
+
+TIMEOUT = 300  # seconds: a cap on a hung compile
 
 
 def compile_on_terminal(directory: Path, *flags: str) -> tuple[int, str]:
@@ -25,7 +29,11 @@ def compile_on_terminal(directory: Path, *flags: str) -> tuple[int, str]:
                                stderr=terminal, cwd=directory, env={**env, "NO_COLOR": "1"})
     os.close(terminal)
     shown = b""
+    deadline = time.monotonic() + TIMEOUT
     while True:  # read as it runs: a full pty would block the compile
+        if not select.select([controller], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            process.kill()  # hung: a cap on the wait, never a verdict on its speed
+            break
         try:
             chunk = os.read(controller, 4096)
         except OSError:  # EIO: the compile closed its end
@@ -34,7 +42,7 @@ def compile_on_terminal(directory: Path, *flags: str) -> tuple[int, str]:
             break
         shown += chunk
     os.close(controller)
-    return process.wait(timeout=120), shown.decode().replace("\r\n", "\n")
+    return process.wait(timeout=TIMEOUT), shown.decode().replace("\r\n", "\n")
 
 
 @pytest.fixture()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import select
 import shutil
 import signal
 import stat
@@ -69,13 +70,15 @@ def _kill_mid_write(target: Path, how: str) -> None:
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
+        # A cap on a child hung before it writes, never a verdict on its speed.
+        assert select.select([child.stdout], [], [], 300)[0], "the writer never started"
         assert child.stdout.readline() == "writing\n"  # 8 MiB are in the file now
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=30) == -signal.SIGKILL
     finally:
         if child.poll() is None:
             child.kill()
-            child.wait()
+            child.wait(timeout=120)
 
 
 def test_a_write_killed_midway_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -190,12 +193,13 @@ def _read_only(directory: Path) -> Iterator[None]:
     """`directory` made unwritable: immutable for root (who ignores modes), else 0555."""
     if os.geteuid() == 0:
         if shutil.which("chattr") is None or subprocess.run(
-                ["chattr", "+i", str(directory)], capture_output=True).returncode != 0:
+                ["chattr", "+i", str(directory)], capture_output=True,
+                timeout=120).returncode != 0:
             pytest.skip("root, and no chattr +i to make a directory read-only")
         try:
             yield
         finally:
-            subprocess.run(["chattr", "-i", str(directory)], check=True)
+            subprocess.run(["chattr", "-i", str(directory)], check=True, timeout=120)
     else:
         directory.chmod(0o555)
         try:

@@ -60,3 +60,60 @@ def test_a_program_the_loader_refuses_is_never_written(
         code, _, err = run(capsys, "compile", "model.py", "-o", "model.pte")
         assert code == 0, err
         assert (tmp_path / "model.pte").stat().st_size > 0
+
+
+def _lossy_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A pipeline whose plugin pass makes the program write into a weight."""
+    (name,) = plugin_module(tmp_path, monkeypatch, WRITES_A_CONSTANT, "writes_constant")
+    pipeline = tmp_path / "lossy.yaml"
+    pipeline.write_text(
+        "target: portable\nstages:\n  edge: [to_edge, views_to_copies, scalars_to_tensors]\n"
+        f"  plan: [write_back_state, {name}:write_into_a_weight, to_out_variants, "
+        "memory_plan]\n")
+    return pipeline
+
+
+# What the user sees for a program exirc made and its own loader refuses: a bug
+# of exirc or of the custom pipeline, never FormatError's "re-create it with
+# `exirc compile`" (the command that just made it).
+REFUSED = ("error[E0100]: the compiled program fails exirc's own load checks, so no file "
+           "was written: error[E0300]: ")
+HINT = ("  hint: this is a bug in exirc or in a pass of a custom pipeline (--pipeline): report "
+        "it with the command you ran and --debug output")
+
+
+def test_under_verify_a_refused_program_is_a_bug_not_a_file_to_re_create(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "model.py", MLP)
+    pipeline = _lossy_pipeline(tmp_path, monkeypatch)
+    code, _, err = run(capsys, "compile", "model.py", "--pipeline", str(pipeline), "--verify",
+                       "-o", "model.pte")
+    assert code == 1, err
+    lines = err.splitlines()
+    assert lines[0].startswith(REFUSED) and "writes into value" in lines[0]
+    assert lines[1] == HINT
+    assert "re-create" not in err
+    assert not (tmp_path / "model.pte").exists()
+
+
+def test_verify_running_a_program_its_loader_refuses_says_so_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Without the load check, --verify's own load of the program is the one to
+    # refuse it: the same bug, the same words.
+    import exirc.compiler
+
+    monkeypatch.setattr(exirc.compiler, "check_loadable", lambda data, kernels: None)
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "model.py", MLP)
+    pipeline = _lossy_pipeline(tmp_path, monkeypatch)
+    code, _, err = run(capsys, "compile", "model.py", "--pipeline", str(pipeline), "--verify",
+                       "-o", "model.pte")
+    assert code == 1, err
+    lines = err.splitlines()
+    assert lines[0].startswith(REFUSED) and "writes into value" in lines[0]
+    assert lines[1] == HINT
+    assert "re-create" not in err
+    assert not (tmp_path / "model.pte").exists()

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import run
@@ -100,3 +101,48 @@ def test_unknown_method_is_a_usage_error(capsys: pytest.CaptureFixture[str],
     code, _, err = run(capsys, "inspect", str(add_pte), "--method", "nope")
     assert code == 2
     assert "no method named 'nope'" in err and "forward" in err
+
+
+class Counter(torch.nn.Module):
+    """Constants of odd sizes (stored aligned, with padding between them) and a
+    large buffer the model updates (program state, not a constant)."""
+
+    seen: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 5)  # 60 + 20 bytes
+        self.register_buffer("seen", torch.zeros(64, 64))  # 16 KiB of state
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.add_(1.0)
+        return self.linear(x) + self.seen[0, :5]
+
+
+def test_constants_are_one_figure_in_the_summary_the_segment_and_the_size_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Which bytes: the constants as stored, the padding that aligns each buffer
+    # included (the segment line's and the size line's figure, and the compile
+    # summary's). The summary line once counted the state's initial value (16 KiB,
+    # in a mutable data segment, under buffer numbers of its own) as constants:
+    # "16.1 KiB" where the segment and size lines said 108 B. Without the padding
+    # it would have said 84 B (60 + 20 + 4 bytes of tensors).
+    from exirc.compiler import compile_module
+
+    result = compile_module(Counter().eval(), (torch.randn(2, 3),))
+    path = tmp_path / "counter.pte"
+    result.save(path)
+    code, out, _ = run(capsys, "inspect", str(path), "--show", "summary")
+    assert code == 0
+    lines = out.splitlines()
+    (segment,) = [line for line in lines if line.startswith("  segment 0:")]
+    assert segment.startswith("  segment 0: 108 B at offset ") and segment.endswith(
+        " (constants)")
+    assert "constants: 3 tensors, 108 B" in lines
+    (size,) = [line for line in lines if line.startswith("size: ")]
+    assert " | constants 108 B (1%) | other segments 16.3 KiB (85%)" in size
+    assert "  state: 1 tensor, 16.0 KiB, kept from run to run" in lines
+    code, out, _ = run(capsys, "inspect", str(path), "--json")
+    info = json.loads(out)
+    assert info["constants"] == {"count": 3, "bytes": 108, "buffers": 3}
+    assert info["size"]["constants"] == 108 == result.report.constant_bytes

@@ -32,6 +32,7 @@ ENGINES_BUILT_ON = {"engines.onnx_form": set(), "engines.onnxruntime": {"engines
                     "engines.litert": {"engines.onnx_form", "engines.onnxruntime"},
                     "engines.torch_private": set()}
 ALLOWED = {
+    "text_generation": BASE | {"core"},
     "kernels": BASE,
     "delegates": BASE | {"kernels"},
     "core": BASE | {"kernels", "delegates"} | SEAM,

@@ -7,6 +7,8 @@ greedy tokens eager PyTorch does, and so does exirc's own runtime."""
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,3 +79,54 @@ def test_executorch_llm_runner_generates_the_eager_tokens(example: Any,
                                              echo=False), token_callback=pieces.append)
     assert len(pieces) >= 16
     assert pieces == [tokenizer.decode([token]) for token in expected][:len(pieces)]
+
+
+def _exirc_generate(files: tuple[Path, Path], *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exirc", "generate", str(files[0]),
+                           "--tokenizer", str(files[1]), "--prompt", PROMPT, *options],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_exirc_generate_prints_the_eager_text_and_the_rates(example: Any,
+                                                            files: tuple[Path, Path]) -> None:
+    tokenizer, expected = _eager(example, files[1])
+    done = _exirc_generate(files, "--max-new-tokens", str(NEW_TOKENS))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == tokenizer.decode(expected) + "\n"
+    stats = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"prefill: {len(tokenizer.encode(PROMPT).ids)} tokens, [\d.]+ "
+                        rf"tokens/s; decode: {NEW_TOKENS} tokens, [\d.]+ tokens/s; stopped at "
+                        r"the budget", stats), stats
+
+
+def test_sampling_is_seeded_and_not_greedy(example: Any, files: tuple[Path, Path]) -> None:
+    from exirc.runtime import load
+    from exirc.runtime.text_generation import Sampling, TextGenerator
+
+    tokenizer, expected = _eager(example, files[1])
+    generator = TextGenerator(load(files[0]))
+    prompt = tokenizer.encode(PROMPT).ids
+    sampled = [generator.generate(prompt, NEW_TOKENS, Sampling(1.5, 0.95, seed)).tokens
+               for seed in (1, 1, 2)]
+    assert sampled[0] == sampled[1] and sampled[0] != sampled[2]
+    assert sampled[0] != expected
+    assert generator.generate(prompt, NEW_TOKENS).tokens == expected  # state starts afresh
+
+
+def test_a_program_that_is_no_llm_is_refused_with_the_reason(
+        files: tuple[Path, Path], tmp_path: Path) -> None:
+    import torch
+
+    from exirc.compiler import compile_module
+
+    mlp = tmp_path / "mlp.pte"
+    compile_module(torch.nn.Linear(4, 4), (torch.randn(1, 4),)).save(mlp)
+    done = _exirc_generate((mlp, files[1]))
+    assert done.returncode == 2
+    assert "error[E0200]: the program does not say it keeps a KV cache (constant method " \
+           "use_kv_cache)" in done.stderr
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{}")
+    done = _exirc_generate((files[0], bad))
+    assert done.returncode == 2 and "cannot read it as a HuggingFace tokenizer.json" in \
+        done.stderr and "Traceback" not in done.stderr

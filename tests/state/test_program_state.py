@@ -128,11 +128,12 @@ def test_state_is_stored_with_its_initial_value_and_shown_by_inspect(tmp_path: P
     path = tmp_path / "counter.pte"
     result.save(path)
     shown = subprocess.run([sys.executable, "-m", "exirc", "inspect", str(path)],
-                           capture_output=True, text=True, check=True).stdout
+                           capture_output=True, text=True, check=True, timeout=300).stdout
     assert "state: 1 tensor, 12 B, kept from run to run" in shown
     assert "total: f32[3], 12 B in buffer 2 at 0" in shown
     memory = subprocess.run([sys.executable, "-m", "exirc", "inspect", str(path), "--show",
-                             "memory"], capture_output=True, text=True, check=True).stdout
+                             "memory"], capture_output=True, text=True, check=True,
+                            timeout=300).stdout
     assert "arena 2: 1 planned tensor (shared by every method, kept from run to run" in memory
     # A fresh load starts from the value at compile time, not zeros.
     assert load(path).run("forward", [torch.zeros(3)])[0].tolist() == [2.0, 4.0, 6.0]
@@ -206,7 +207,7 @@ def test_bundle_replays_consecutive_calls(tmp_path: Path) -> None:
     path = tmp_path / "counter.pte"
     result.save(path)
     run = subprocess.run([sys.executable, "-m", "exirc", "run", str(path), "--check"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "forward case 2 (call 3 in a row): pass" in run.stdout
 

@@ -97,10 +97,13 @@ class XnnpackSupport:
         as its multiply (the same input and result)."""
         root = node if node.target == aten.where.self else next(iter(node.users), None)
         match = match_prelu(root, facts.constant) if root is not None else None
-        if match is None or (node is not root and node not in match.absorbed):
-            return "op", (f"XNNPACK has no operator for {op_name(node)} (taken only as part "
-                          "of PReLU: where(x > 0, x, w * x) with w constant per channel)")
-        return self._reason(match.absorbed[1], facts)
+        if match is not None and (node is root or node in match.absorbed):
+            return self._reason(match.absorbed[1], facts)
+        if root is None or not _looks_like_prelu(root, node):
+            # A mask's select (an attention guard's where): nothing to do with PReLU.
+            return "op", f"XNNPACK has no operator for {op_name(node)}"
+        return "op", (f"XNNPACK has no operator for {op_name(node)} (taken only as part "
+                      "of PReLU: where(x > 0, x, w * x) with w constant per channel)")
 
     def _getitem(self, node: Node, facts: Facts) -> tuple[str, str] | None:
         source = node.args[0]
@@ -113,6 +116,16 @@ class XnnpackSupport:
             return "constraint", (f"output {node.args[1]} of {op_name(source)} is used; "
                                   "XNNPACK computes output 0 only")
         return self._reason(source, facts)
+
+
+def _looks_like_prelu(root: Node, node: Node) -> bool:
+    """`where(x > c, x, y)` with `node` its where or its comparison: a PReLU
+    that missed (its slope not constant per channel, a threshold not 0)."""
+    if root.target != aten.where.self or len(root.args) != 3:
+        return False
+    condition, x, _ = root.args
+    return isinstance(condition, Node) and condition.target == aten.gt.Scalar \
+        and condition.args[0] is x and node in (root, condition)
 
 
 def _constant(program: ExportedProgram, node: Node) -> torch.Tensor | None:

@@ -40,9 +40,12 @@ Rule = Callable[[Node, Facts], Reason]
 
 
 def op_name(node: Node) -> str:
+    """`aten.add.Tensor`, `quantized_decomposed.choose_qparams.tensor`: an op by its
+    own namespace."""
     target = node.target
-    return getattr(target, "__name__", str(target)) if not isinstance(
-        target, torch._ops.OpOverload) else f"aten.{target.__name__}"
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target.__name__}"
+    return getattr(target, "__name__", str(target))
 
 
 def constraint(reason: str) -> Reason:

@@ -124,22 +124,63 @@ def test_cli_explains_delegation_as_text_and_json(tmp_path: Path) -> None:
         "class M(torch.nn.Module):\n"
         "    def forward(self, x):\n"
         "        y = torch.relu(x * x + x)\n"
-        "        return y.sum(0, keepdim=True) + y\n"
+        "        return y.sum(0, keepdim=True) + y.sum(0, keepdim=True) + y\n"
         "model = M()\n"
-        "example_inputs = (torch.randn(3, 4),)\n")
+        "example_inputs = (torch.randn(3, 4),)\n"
+        "methods = {'again': (model, (torch.randn(2, 4),))}\n")
     pipeline = toy_pipeline(tmp_path)
     runner = CliRunner()
     text = runner.invoke(main, ["compile", str(model), "--pipeline", str(pipeline),
                                 "-o", str(tmp_path / "t.pte"), "--explain-delegation"])
     assert text.exit_code == 0, text.output
-    assert "method forward: 4 of 5 nodes delegated in 2 partitions (ToyBackend)" in text.output
-    assert "sum.dim_IntList [op] the toy backend runs add, mul and relu only  at " in text.output
-    assert "toy_model.py:5" in text.output
-    assert "delegated 4 of 5 nodes in 2 partitions" in text.output
+    # One line per (reason, op), with its count; the two methods (one graph,
+    # exported at two shapes) once.
+    assert text.stdout == (
+        "method forward, again: 5 of 7 nodes delegated in 2 partitions (ToyBackend), "
+        "partitioner tests.backend.delegation.toy_backend:ToyPartitioner\n"
+        "  delegated (weights 0 B): add.Tensor ×3, mul.Tensor, relu\n"
+        "  left on the interpreter (2 nodes, 1 reason):\n"
+        "    sum.dim_IntList ×2 [op] the toy backend runs add, mul and relu only  "
+        "at toy_model.py:5\n"
+        "(--explain-delegation=full lists every partition and every node)\n")
+    assert "delegated 10 of 14 nodes in 4 partitions" in text.stderr
+    full = runner.invoke(main, ["compile", str(model), "--pipeline", str(pipeline), "-q",
+                                "-o", str(tmp_path / "t.pte"), "--explain-delegation=full"])
+    assert full.exit_code == 0, full.output
+    listing = full.stdout.splitlines()
+    assert listing.count("  left on the interpreter (2):") == 2  # per method, per node
+    assert [line for line in listing if "%sum" in line][0].startswith(
+        "    %sum_1 sum.dim_IntList [op] the toy backend runs add, mul and relu only  at ")
+    assert str(model) + ":5:" in full.stdout  # the full path and the code
     as_json = runner.invoke(main, ["compile", str(model), "--pipeline", str(pipeline), "-q",
                                    "-o", str(tmp_path / "t.pte"), "--explain-delegation=json"])
     assert as_json.exit_code == 0, as_json.output
     document = json.loads(as_json.stdout)
     method = document["methods"]["forward"]
-    assert method["delegated_nodes"] == 4 and len(method["partitions"]) == 2
+    assert method["delegated_nodes"] == 5 and len(method["partitions"]) == 2
     assert method["left_out"][0]["category"] == "op"
+
+
+def test_methods_whose_delegation_differs_are_shown_each() -> None:
+    from exirc.backend.delegation.report import DelegationReport, LeftOut
+    from exirc.cli.delegation_text import explain_text
+
+    def report(*left_out: LeftOut) -> DelegationReport:
+        made = DelegationReport("xnnpack", compute_nodes=len(left_out))
+        made.left_out.extend(left_out)
+        return made
+
+    guard = LeftOut("where", "where.self", "op", "XNNPACK has no operator for aten.where.self",
+                    "/site-packages/transformers/modeling_llama.py:258: out = attention(")
+    text = explain_text({"forward": report(guard, guard), "prefill": report(guard, guard),
+                         "decode": report(guard)})
+    assert text.splitlines() == [
+        "method forward, prefill: 0 of 2 nodes delegated in 0 partitions, partitioner xnnpack",
+        "  left on the interpreter (2 nodes, 1 reason):",
+        "    where.self ×2 [op] XNNPACK has no operator for aten.where.self  "
+        "at modeling_llama.py:258",
+        "method decode: 0 of 1 nodes delegated in 0 partitions, partitioner xnnpack",
+        "  left on the interpreter (1 node, 1 reason):",
+        "    where.self [op] XNNPACK has no operator for aten.where.self  "
+        "at modeling_llama.py:258",
+        "(--explain-delegation=full lists every partition and every node)"]

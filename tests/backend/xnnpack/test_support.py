@@ -96,6 +96,31 @@ def test_operators_without_an_xnnpack_operator() -> None:
               "where(x > 0, x, w * x) with w constant per channel)")
 
 
+def test_an_attention_guard_is_not_explained_as_prelu() -> None:
+    # where(mask, scores, -inf): a select by a mask, with no PReLU about it.
+    def guard(m: Any, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask > 0.5, scores, float("-inf")).softmax(-1)
+
+    found = decisions(Lambda(guard), torch.randn(2, 4), torch.rand(2, 4))
+    assert only(found, "where") == ("op", "XNNPACK has no operator for aten.where.self")
+    assert only(found, "gt") == ("op", "XNNPACK has no operator for aten.gt.Scalar")
+
+
+def test_ops_are_named_by_their_own_namespace() -> None:
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (defines the Q/DQ ops)
+
+    qd = torch.ops.quantized_decomposed
+
+    def dynamic(m: Any, x: torch.Tensor) -> torch.Tensor:
+        scale, zero = qd.choose_qparams.tensor(x, -128, 127, 1e-5, torch.int8)
+        q = qd.quantize_per_tensor.tensor(x, scale, zero, -128, 127, torch.int8)
+        return qd.dequantize_per_tensor.tensor(q, scale, zero, -128, 127, torch.int8)
+
+    found = decisions(Lambda(dynamic), torch.randn(2, 4))
+    assert only(found, "choose_qparams") == (
+        "op", "XNNPACK has no operator for quantized_decomposed.choose_qparams.tensor")
+
+
 def test_decomposed_prelu_is_taken_whole() -> None:
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.PReLU(4))
     found = decisions(model, torch.randn(1, 3, 4, 4))

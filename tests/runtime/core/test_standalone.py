@@ -32,7 +32,8 @@ loaded = sorted(m for m in sys.modules
                 if m.split(".")[:2][-1] in {COMPILER!r} and m.startswith("exirc."))
 print(loaded)
 """
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
     with torch.no_grad():
