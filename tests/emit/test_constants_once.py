@@ -236,3 +236,29 @@ def test_equal_initial_states_are_stored_once() -> None:
     model = TwoStates()
     for _ in range(2):
         torch.testing.assert_close(torch.as_tensor(program.run("forward", [x])[0]), model(x))
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.parametrize("target", TARGETS)
+def test_shared_constants_and_states_run_on_executorchs_runtime(target: str) -> None:
+    """ExecuTorch's runtime (portable_lib) on the shared buffers: two methods
+    reading one weight, and two states whose one stored initial value each
+    copies into its own memory (two runs: the states evolve apart)."""
+    from tests.oracle import load_with_executorch
+
+    model, x = TwoMethods().eval(), torch.randn(2, 32)
+    data = compile_module(model, (x,), methods={"doubled": (Doubled(model).eval(), (x,))},
+                          options=CompileOptions(target=target)).data
+    loaded = load_with_executorch(data)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.run_method("forward", [x])[0], model(x),
+                                   rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(loaded.run_method("doubled", [x])[0], model(x) * 2,
+                                   rtol=1e-4, atol=1e-4)
+    states, y = TwoStates(), torch.randn(64, 16)
+    # The loaded program reads the bytes it was given: keep them alive.
+    state_file = compile_module(TwoStates(), (y,), options=CompileOptions(target=target)).data
+    stateful = load_with_executorch(state_file)
+    for _ in range(2):
+        torch.testing.assert_close(stateful.run_method("forward", [y])[0], states(y))
