@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.backend.delegation.registry import delegation_backend, resolve_partitioner
 from exirc.backend.delegation.report import DelegationReport
 from exirc.errors import InternalError, UsageError
+from exirc.ir.content import content_digest
 from exirc.ir.meta import set_delegation_report
 from exirc.passes.contract import Pass, PassResult
 
@@ -60,8 +60,9 @@ class Delegate(Pass):
             lowered = LoweredDelegate(f"{partition.backend_id}_{index}", partition.backend_id,
                                       piece, result)
             weight_bytes = _stored_weight_bytes(piece.constants.values(), result)
+            digests = {content_digest(t): t.nbytes for t in piece.constants.values()}
             report.add_partition(lowered.name, partition.backend_id, nodes,
-                                 len(result.processed), weight_bytes, result.summary)
+                                 len(result.processed), weight_bytes, result.summary, digests)
             replace(program, nodes, lowered)
         set_delegation_report(graph_module, report)
         return PassResult(program, bool(plan.partitions))
@@ -73,9 +74,4 @@ def _stored_weight_bytes(constants: Iterable[torch.Tensor], result: PreprocessRe
     recurrence is one weight, stored once)."""
     if result.summary is not None:
         return result.summary.weight_bytes
-    distinct = {}
-    for tensor in constants:
-        flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        key = (str(tensor.dtype), tuple(tensor.shape), hashlib.sha256(flat).digest())
-        distinct[key] = tensor.nbytes
-    return sum(distinct.values())
+    return sum({content_digest(t): t.nbytes for t in constants}.values())
