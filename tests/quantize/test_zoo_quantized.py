@@ -40,6 +40,7 @@ from torch.fx import GraphModule, Node
 from exirc.cli.app import main
 from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.inspector.render import human_bytes
+from exirc.inspector.size import size_report
 from exirc.runtime import load
 from tests.oracle import requires_executorch
 from tests.quantize.models import ZOO, QuantModel
@@ -221,14 +222,16 @@ def _cases(model: QuantModel) -> list[tuple[Any, ...]]:
     return [model.inputs(), model.inputs(HELD_OUT_SEED)]
 
 
-def _check_report(result: CompileResult, mode: str, what: str,
-                  duplicated_bytes: int = 0) -> None:
-    """`duplicated_bytes`: stored twice by design (see `_tied_table_bytes`)."""
+def _check_report(result: CompileResult, mode: str, what: str) -> None:
+    """The weights' bytes against the float model's, each stored once: an
+    embedding table tied to an LM head that XNNPACK runs is one constant the
+    delegate reads in place."""
     report = result.quantization
     assert report is not None, what
     assert report.mode == mode
     assert 0 < report.weight_bytes < report.float_weight_bytes, what
-    ratio = (report.weight_bytes - duplicated_bytes) / report.float_weight_bytes
+    assert size_report(result.data).duplicate_bytes == 0, what
+    ratio = report.weight_bytes / report.float_weight_bytes
     assert ratio <= MAX_RATIO[mode], f"{what}: weights stored in {ratio:.3f} of the float bytes"
     assert report.accuracy, what
     for accuracy in report.accuracy:
@@ -259,26 +262,8 @@ def test_int8_equals_the_quantized_reference_within_one_step(zoo: Zoo, name: str
         expected = _eager(reference.quantized, inputs)
         worst = max(worst, assert_within_steps(run_exirc(result.data, inputs), expected,
                                                steps, what))
-    _check_report(result, "int8", what,
-                  _tied_table_bytes(reference.model.module(), result, target))
+    _check_report(result, "int8", what)
     print(f"{what}: max diff vs the quantized reference {worst:.3g} (one step: {steps})")
-
-
-def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: str,
-                      bits: int = 8) -> int:
-    """The int8 (int4: packed) bytes of an embedding table tied to an LM head, when
-    XNNPACK runs the head (int8, or weight-only per output channel): the lookup
-    (portable `embedding_byte`) reads the table from the constant segment, the
-    delegate its own copy from named data, and a program cannot share bytes
-    between the two (ExecuTorch's lowering stores both too).
-    On portable the two are one constant buffer, deduplicated."""
-    model = getattr(module, "model", None)
-    if target != "xnnpack" or not result.delegation or model is None or \
-            not hasattr(model, "get_output_embeddings"):
-        return 0
-    table, head = model.get_input_embeddings(), model.get_output_embeddings()
-    tied = head is not None and head.weight is table.weight
-    return table.weight.numel() * bits // 8 if tied else 0  # one byte (int4: half) a value
 
 
 def _grouped_linear_weights(module: GraphModule) -> bool:
@@ -327,8 +312,7 @@ def test_weight_only_equals_the_rewritten_reference(zoo: Zoo, name: str, target:
     for inputs in _cases(reference.model):
         expected = _eager(reference.quantized, inputs)
         worst = max(worst, assert_float_rounding(run_exirc(result.data, inputs), expected, what))
-    _check_report(result, mode, what, _tied_table_bytes(
-        reference.model.module(), result, target, 8 if mode.startswith("int8") else 4))
+    _check_report(result, mode, what)
     print(f"{what}: max diff vs the rewritten reference {worst:.3g}")
 
 
