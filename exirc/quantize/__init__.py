@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from exirc.quantize.weight_only import QuantizedWeight
 
-MODES = ("int8", "int8-weight-only", "int4-weight-only")
+MODES = ("int8", "int8-weight-only", "int4-weight-only", "8da4w", "8da8w")
+DYNAMIC_MODES = ("8da4w", "8da8w")  # int8 activations per token at run time
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,16 @@ class QuantizeConfig:
             raise UsageError(f"unknown quantization mode {self.mode!r}",
                              hint=f"modes: {', '.join(MODES)}")
         if self.group_size is not None:
-            if self.mode == "int8":
-                raise UsageError("a group size applies to the weight-only modes",
-                                 hint="int8 quantizes weights per output channel")
+            if self.mode in ("int8", "8da8w"):
+                raise UsageError(f"a group size applies to the weight-only modes and 8da4w, "
+                                 f"not {self.mode}",
+                                 hint=f"{self.mode} quantizes weights per output channel")
             if self.group_size < 2 or self.group_size % 2:
                 raise UsageError(f"group size {self.group_size} must be an even number >= 2")
 
     @property
     def bits(self) -> int:
-        return 4 if self.mode.startswith("int4") else 8
+        return 4 if self.mode.startswith("int4") or self.mode == "8da4w" else 8
 
 
 @dataclass
@@ -61,6 +63,9 @@ class QuantizedMethod:
     program: ExportedProgram  # re-exported: the ATen-dialect input of the pipeline
     weights: list[QuantizedWeight]  # weight-only: what was quantized
     quantized_ops: int  # static: ops whose weights or activations are quantized
+    # static: the quantized layers' integer weights, by content (`content_digest`),
+    # so methods sharing layers count them once
+    layers: frozenset[str] = frozenset()
 
 
 def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
@@ -69,6 +74,7 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
     """Quantize one captured method. `calibration` holds the argument tuples the
     static mode observes; `where` names the method for messages."""
     from exirc.capture.export_failures import quiet_torch
+    from exirc.quantize.dynamic import quantize_dynamic
     from exirc.quantize.weight_only import quantize_weights
 
     if dynamic_shapes is None and _has_dynamic_inputs(exported):
@@ -77,12 +83,15 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
                          hint="quantize the model file (with `dynamic_shapes`) rather than a "
                               ".pt2 archive, or export the archive with static shapes")
     module = exported.module()
-    quantized_ops = 0
+    quantized_ops, layers = 0, frozenset[str]()
     if config.mode == "int8":
-        module, quantized_ops = _static_int8(module, calibration, where)
+        module, layers = _static_int8(module, calibration, where)
+        quantized_ops = len(layers)
         # Embedding tables are weights pt2e leaves float; in language models they
         # are most of the bytes. They become int8 rows read by embedding_byte.
         weights = quantize_weights(module, 8, embeddings_only=True)
+    elif config.mode in DYNAMIC_MODES:
+        weights = quantize_dynamic(module, config.bits, config.group_size)
     else:
         weights = quantize_weights(module, config.bits, config.group_size)
     if not weights and not quantized_ops:
@@ -98,11 +107,11 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
         raise ModelError(f"{where}: exporting the quantized model failed: "
                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
                          hint="rerun with --debug to see the traceback") from error
-    return QuantizedMethod(module, program, weights, quantized_ops)
+    return QuantizedMethod(module, program, weights, quantized_ops, layers)
 
 
 def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
-                 where: str) -> tuple[GraphModule, int]:
+                 where: str) -> tuple[GraphModule, frozenset[str]]:
     try:
         from torchao.quantization.pt2e import move_exported_model_to_eval
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -112,15 +121,20 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
                                            "pip install 'exirc[quantize]'") from error
     from exirc.quantize.quantizer import make_quantizer
 
-    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
-    already = sum(1 for n in module.graph.nodes if n.target == dequantize)
+    already = _per_channel_weights(module)
     step = "preparing the model for calibration (torchao's prepare_pt2e)"
+    # Calibrating runs the model: a KV cache it writes must not keep what the
+    # calibration inputs wrote (the model's buffers are the captured program's,
+    # and the quantized program's state starts from them).
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
     try:
         prepared = prepare_pt2e(module, make_quantizer())
         step = "calibrating"
         with torch.no_grad():
             for args in calibration:
                 prepared(*args)
+        for buffer, value in buffers:
+            buffer.data.copy_(value)
         step = "converting the calibrated model (torchao's convert_pt2e)"
         converted = convert_pt2e(prepared)
     except Exception as error:
@@ -132,8 +146,31 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
     torch.nn.Module.train(converted, False)
     # Weights dequantized per channel are the layers quantized, less those the
     # model came with (a model quantized already gains none).
-    count = sum(1 for n in converted.graph.nodes if n.target == dequantize) - already
-    return converted, count
+    return converted, _per_channel_weights(converted) - already
+
+
+def _per_channel_weights(module: GraphModule) -> frozenset[str]:
+    """The integer weights `module` dequantizes per channel, by content."""
+    from exirc.ir.content import content_digest
+
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
+    found = set()
+    for node in module.graph.nodes:
+        if node.target != dequantize:
+            continue
+        weight, scales = (_constant(module, arg) for arg in node.args[:2])
+        key = [t for t in (weight, scales) if t is not None]
+        found.add(content_digest(*key) if weight is not None else f"node {node.name}")
+    return frozenset(found)
+
+
+def _constant(module: GraphModule, arg: Any) -> torch.Tensor | None:
+    if not isinstance(arg, torch.fx.Node) or arg.op != "get_attr":
+        return None
+    value: Any = module
+    for part in str(arg.target).split("."):
+        value = getattr(value, part, None)
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _has_dynamic_inputs(exported: ExportedProgram) -> bool:

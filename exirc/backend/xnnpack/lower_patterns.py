@@ -1,5 +1,6 @@
 """Emitters of the operators `patterns` finds decomposed: hardswish and PReLU,
-one XNNPACK node each instead of three to five."""
+one XNNPACK node each instead of three to five; and dynamically quantized
+linear layers (`dynamic_linear`), a Convert to qdint8 and a FullyConnected."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch.fx import Node
 
 from exirc.backend.xnnpack import layout as lay
 from exirc.backend.xnnpack.builder import GraphBuilder, shape_of
+from exirc.backend.xnnpack.dynamic_linear import dynamic_linear, match_dynamic_linear
 from exirc.backend.xnnpack.lower_elementwise import unary
 from exirc.backend.xnnpack.patterns import Match, match_hardswish, match_prelu
 from exirc.serialize.xnnpack import graph as G
@@ -48,10 +50,54 @@ def emit_prelu(b: GraphBuilder, match: Match) -> None:
     b.define(match.root, out, version.layout)
 
 
+def pack_int4(values: torch.Tensor) -> torch.Tensor:
+    """[rows, columns] int8 in [-8, 7] (columns even) -> [rows, columns / 2] uint8:
+    each value + 8, two a byte, the even column in the low nibble (XNNPACK's qc4w)."""
+    nibbles = (values.to(torch.int16) + 8).to(torch.uint8)
+    return nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+
+
+def emit_dynamic_linear(b: GraphBuilder, match: Match) -> None:
+    found = dynamic_linear(match.root, b.static)
+    assert found is not None
+    layer = found[0]
+    source = b.get_contiguous(layer.x)
+    dims = list(b.graph.values[source].dims)
+    quantized = b.value(dims)
+    value = b.graph.values[quantized]
+    value.datatype, value.quant = G.Datatype.QDINT8, G.PerTokenDynamicQuant(1)
+    b.add_node(G.NodeKind.CONVERT, G.Node1x1(source, quantized), owner=match.root)
+    channels, inputs = (int(d) for d in layer.integers.shape)
+    if layer.bits == 4:
+        scales = layer.scales.to(torch.bfloat16).contiguous()
+        raw = scales.view(torch.int16).numpy().tobytes()
+        quant: G.Quantization = G.PerChannelGroupQuant(
+            [], 0, layer.group_size, scale_buffer_idx=b.constant_entry(raw, "scale_"),
+            num_scales=scales.numel())
+        data = pack_int4(layer.integers)
+        filter_id = len(b.graph.values)
+        b.graph.values.append(G.TensorValue(
+            G.Datatype.QBINT4, [channels, inputs], filter_id, quant=quant,
+            constant_buffer_idx=b.constant_entry(data.contiguous().numpy().tobytes())))
+    else:
+        raw = layer.scales.to(torch.float32).contiguous().numpy().tobytes()
+        quant = G.PerChannelQuant([], 0, scale_buffer_idx=b.constant_entry(raw, "scale_"),
+                                  num_scales=channels)
+        filter_id = b.constant_value(layer.integers.contiguous(), G.Datatype.QCINT8, quant)
+    bias_id = G.INVALID_VALUE_ID if layer.bias is None else \
+        b.static_value(layer.bias.to(torch.float32).contiguous())
+    out = b.value([*dims[:-1], channels])
+    b.add_node(G.NodeKind.FULLY_CONNECTED, G.FullyConnected(quantized, filter_id, bias_id, out),
+               owner=match.root)
+    shape = shape_of(match.root)
+    b.define(match.root, b.reshape(out, shape), lay.identity(len(shape)))
+
+
 FINDERS: tuple[tuple[Callable[[Node, Callable[[Node], torch.Tensor | None]], Match | None],
                      Callable[[GraphBuilder, Match], None]], ...] = (
     (match_hardswish, emit_hardswish),
     (match_prelu, emit_prelu),
+    (match_dynamic_linear, emit_dynamic_linear),
 )
 
 

@@ -75,7 +75,8 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
     lower_quant.quantize_inputs(b, inputs)
     calls = [n for n in partition.graph_module.graph.nodes if n.op == "call_function"]
     whole = find_patterns(b, calls)
-    whole.update(lower_quant.find_quantized(b, calls))
+    # A pattern's root (a dynamically quantized linear layer) is no pt2e group.
+    whole.update(lower_quant.find_quantized(b, [n for n in calls if n not in whole]))
     for handle, node in enumerate(calls, start=1):
         if b.is_defined(node) or node in b.absorbed:
             continue  # an earlier emitter did it (an unflattening view_copy of a linear)

@@ -8,7 +8,9 @@ non-empty, of rank <= 6), then "constraint" (an argument XNNPACK's operator
 cannot take, from `support_rules`). A node it takes is one `serializer.py`
 has an emitter for; a test keeps the two tables in step. Quantized graphs
 (pt2e's quantize/dequantize nodes) are judged group by group: see
-`support_quant`.
+`support_quant`. A dynamically quantized linear layer (8da4w / 8da8w:
+`dynamic_linear`) is taken whole, its per-token quantize and its weight's
+dequantize with it, as the shapes of its layer allow.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch.fx import Graph, Node
 from exirc.backend.delegation.interface import Rejection
 from exirc.backend.xnnpack import qdq
 from exirc.backend.xnnpack.args import CREATORS, created
+from exirc.backend.xnnpack.dynamic_linear import match_dynamic_linear
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
 from exirc.backend.xnnpack.support_nn import NN_RULES, convolution_geometry
@@ -50,9 +53,14 @@ class XnnpackSupport:
 
     def __init__(self) -> None:
         self._decided: tuple[Graph, int, dict[Node, Reason] | None] | None = None
+        self._dynamic: tuple[Graph, int, dict[Node, Node]] | None = None
 
     def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
         facts = Facts(lambda n: _constant(program, n))
+        root = self._dynamic_linears(program, facts).get(node)
+        if root is not None:  # judged as its layer: the float input and result
+            found = _shape(root, facts)
+            return None if found is None else Rejection(node, found[0], found[1])
         decided = self._decisions(program, facts)
         if decided is not None and node in decided:
             found = decided[node]
@@ -68,6 +76,20 @@ class XnnpackSupport:
                 if is_quantized_graph(program.graph_module) else None
             self._decided = (graph, len(graph.nodes), decided)
         return self._decided[2]
+
+    def _dynamic_linears(self, program: ExportedProgram, facts: Facts) -> dict[Node, Node]:
+        """Every node of a dynamically quantized linear layer -> the layer's root."""
+        graph = program.graph_module.graph
+        if self._dynamic is None or self._dynamic[0] is not graph \
+                or self._dynamic[1] != len(graph.nodes):
+            members: dict[Node, Node] = {}
+            for node in graph.nodes:
+                match = match_dynamic_linear(node, facts.constant) \
+                    if node.op == "call_function" else None
+                if match is not None:
+                    members.update({n: node for n in (node, *match.absorbed)})
+            self._dynamic = (graph, len(graph.nodes), members)
+        return self._dynamic[2]
 
     def _quantized(self, node: Node, facts: Facts) -> Reason:
         """A node of a quantized group: its shapes (and a convolution's geometry)."""

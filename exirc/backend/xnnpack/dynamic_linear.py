@@ -1,0 +1,188 @@
+"""Dynamically quantized linear layers (8da4w / 8da8w) as XNNPACK's qd8 fully connected.
+
+The pattern, as `exirc.quantize.dynamic` writes it and Edge decomposes it:
+
+    s, zp = choose_qparams_per_token_asymmetric(x, int8)
+    xq = dequantize_per_token(quantize_per_token(x, s, zp, -128, 127, int8), ...)
+    w = dequantize_per_channel_group(w_int4, scales, None, -8, 7, int8, group)  # 8da4w
+      | dequantize_per_channel(w_int8, scales, None, 0, -128, 127, int8)         # 8da8w
+    y = addmm(bias, [view](xq), permute(w, [1, 0]))  |  mm([view](xq), permute(w))
+
+becomes what ExecuTorch 1.5.1's XNNPACK backend writes for it:
+
+  - a Convert of x (fp32) to a qdint8 value with per-token dynamic quantization
+    (num_nonbatch_dims 1): XNNPACK quantizes each row at run time;
+  - a FullyConnected reading it, with the filter [out, in] as qbint4 (per group
+    of `group` input channels, scales bf16 in named data "scale_<sha256>",
+    values + 8 packed two to a byte, low nibble first) or qcint8 (float32 scales
+    per output channel), a float32 bias, and a float32 output.
+
+The weights and their scales live in the delegate's data; nothing runs outside.
+XNNPACK chooses each row's parameters as its own kernels do, which may differ
+from `choose_qparams_per_token_asymmetric` in the last bit of a scale: the
+results agree within a quantization step of the activations.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Node
+
+from exirc.backend.quantized_ops import is_quantize
+from exirc.backend.xnnpack.args import as_float, as_int, as_ints
+from exirc.backend.xnnpack.patterns import Match
+
+aten = torch.ops.aten
+Constant = Callable[[Node], torch.Tensor | None]
+INT4, INT8 = (-8, 7), (-128, 127)
+
+
+@dataclass(frozen=True)
+class DynamicLinear:
+    """A matched layer: its float input, integer weight [out, in], float32 scales
+    ([out, in / group] for int4, [out] for int8), group size (0: per channel), bias."""
+
+    x: Node
+    integers: torch.Tensor
+    scales: torch.Tensor
+    bits: int
+    group_size: int
+    bias: torch.Tensor | None
+
+
+def _call(node: object, name: str) -> Node | None:
+    if isinstance(node, Node) and node.op == "call_function" and is_quantize(node.target, name):
+        return node
+    return None
+
+
+def _only_users(node: Node, users: set[Node]) -> bool:
+    return set(node.users) <= users
+
+
+def _activation(value: object) -> tuple[Node, tuple[Node, ...]] | None:
+    """The float input behind `[view](dequantize_per_token(quantize_per_token(x, ...)))`
+    with its parameters chosen per token, and the nodes in between."""
+    view = None
+    if isinstance(value, Node) and value.target == aten.view_copy.default:
+        view, value = value, value.args[0]
+    dq = _call(value, "dequantize_per_token")
+    if dq is None or view is not None and len(dq.users) != 1:
+        return None
+    q = _call(dq.args[0], "quantize_per_token")
+    if q is None or len(q.users) != 1 or tuple(dq.args[1:6]) != tuple(q.args[1:6]):
+        return None
+    scales, zero_points = q.args[1], q.args[2]
+    if list(q.args[3:6]) != [-128, 127, torch.int8] or dq.args[6] != torch.float32:
+        return None
+    getters = []
+    for index, getter in enumerate((scales, zero_points)):
+        if not isinstance(getter, Node) or getter.target is not operator.getitem \
+                or getter.args[1] != index or not _only_users(getter, {q, dq}):
+            return None
+        getters.append(getter)
+    chosen = _call(getters[0].args[0], "choose_qparams_per_token_asymmetric")
+    if chosen is None or getters[1].args[0] is not chosen or chosen.args[1] != torch.int8 \
+            or not _only_users(chosen, set(getters)):
+        return None
+    x = chosen.args[0]
+    if not isinstance(x, Node) or q.args[0] is not x:
+        return None
+    value = x.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
+        return None
+    return x, (chosen, *getters, q, dq, *((view,) if view is not None else ()))
+
+
+def _weight(value: object, constant: Constant) -> tuple[tuple[Node, ...], torch.Tensor,
+                                                       torch.Tensor, int, int] | None:
+    """`permute(dequantize(w), [1, 0])` of a constant symmetric int4-per-group or
+    int8-per-channel weight: (nodes, integers, scales, bits, group size)."""
+    if not isinstance(value, Node) or value.target != aten.permute_copy.default \
+            or len(value.users) != 1 or [p % 2 for p in as_ints(value.args[1])] != [1, 0]:
+        return None
+    dq = value.args[0]
+    if not isinstance(dq, Node) or len(dq.users) != 1 or \
+            dq.kwargs.get("out_dtype") not in (None, torch.float32):
+        return None
+    grouped = _call(dq, "dequantize_per_channel_group")
+    channel = _call(dq, "dequantize_per_channel")
+    if grouped is not None:
+        table, scale_node, zeros, low, high, dtype, group = grouped.args[:7]
+        bits = 4
+        if (low, high) != INT4 or grouped.args[7] != torch.float32:
+            return None
+    elif channel is not None:
+        table, scale_node, zeros, axis, low, high, dtype = channel.args[:7]
+        bits, group = 8, 0
+        if (low, high) != INT8 or axis != 0:
+            return None
+    else:
+        return None
+    data = constant(table) if isinstance(table, Node) else None
+    scales = constant(scale_node) if isinstance(scale_node, Node) else None
+    if dtype != torch.int8 or data is None or scales is None or data.dtype != torch.int8 \
+            or data.dim() != 2 or scales.dtype != torch.float32:
+        return None
+    if zeros is not None:
+        zero_values = constant(zeros) if isinstance(zeros, Node) else None
+        if zero_values is None or bool(zero_values.any()):
+            return None  # XNNPACK's filters are symmetric
+    if not bool(((scales > 0) & torch.isfinite(scales)).all()):
+        return None
+    rows, columns = data.shape
+    if bits == 4:
+        if not isinstance(group, int) or group <= 0 or columns % group or columns % 2 \
+                or scales.numel() != rows * (columns // group):
+            return None
+        if int(data.min()) < as_int(low) or int(data.max()) > as_int(high):
+            return None
+        scales = scales.reshape(rows, columns // group)
+    elif scales.numel() != rows:
+        return None
+    return (dq, value), data, scales, bits, as_int(group)
+
+
+def match_dynamic_linear(root: Node, constant: Constant) -> Match | None:
+    found = dynamic_linear(root, constant)
+    if found is None:
+        return None
+    linear, absorbed = found
+    return Match(root, linear.x, absorbed)
+
+
+def dynamic_linear(root: Node, constant: Constant
+                   ) -> tuple[DynamicLinear, tuple[Node, ...]] | None:
+    """`root` (addmm or mm) as a dynamically quantized linear layer, and the nodes it
+    absorbs; None if it is not one."""
+    if root.op != "call_function" or root.target not in (aten.addmm.default, aten.mm.default):
+        return None
+    if root.target == aten.addmm.default:
+        if as_float(root.kwargs.get("alpha", 1)) != 1 or as_float(root.kwargs.get("beta", 1)) != 1:
+            return None
+        bias_node, x_arg, w_arg = root.args[:3]
+    else:
+        bias_node, (x_arg, w_arg) = None, root.args[:2]
+    activation = _activation(x_arg)
+    weight = _weight(w_arg, constant)
+    if activation is None or weight is None:
+        return None
+    x, activation_nodes = activation
+    weight_nodes, integers, scales, bits, group = weight
+    if activation_nodes[-1].target == aten.view_copy.default and isinstance(x_arg, Node) \
+            and list(x_arg.meta["val"].shape)[-1] != list(x.meta["val"].shape)[-1]:
+        return None  # a view that is not only flattening the leading dims
+    if list(x.meta["val"].shape)[-1] != integers.shape[1]:
+        return None
+    bias = None
+    if bias_node is not None:
+        bias = constant(bias_node) if isinstance(bias_node, Node) else None
+        if bias is None or bias.dtype != torch.float32 or bias.numel() != integers.shape[0]:
+            return None
+        bias = bias.reshape(-1)
+    return (DynamicLinear(x, integers, scales, bits, group, bias),
+            (*activation_nodes, *weight_nodes))
