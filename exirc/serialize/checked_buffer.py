@@ -35,6 +35,13 @@ _BUDGET_PER_BYTE = 2
 _BUDGET_FLOOR = 4096
 _TABLE_COST = 4
 
+# Short scalar vectors (a tensor's sizes and dim order, a call's arguments)
+# that recur are one list (`CheckedBuffer.pooled`); up to this many items,
+# and this many distinct vectors per file: most calls have arguments of
+# their own, and a pool entry that is never shared costs more than the list.
+_POOL_ITEMS = 8
+_POOL_ENTRIES = 4096
+
 
 class CheckedBuffer:
     """The FlatBuffer bytes plus the work budget of decoding them."""
@@ -48,6 +55,7 @@ class CheckedBuffer:
         # one only shares a bit with its neighbour, which costs a decode).
         self._seen = bytearray((self.size >> 5) + 1)
         self._shared: dict[tuple[int, object], Any] = {}
+        self._pool: dict[tuple[int, ...], list[int]] = {}
 
     def once(self, view: TableView, decode: Callable[[TableView], T]) -> T:
         """`decode(view)`, made at most twice per table however often it is used.
@@ -72,6 +80,21 @@ class CheckedBuffer:
             return found
         made = self._shared[key] = decode(arg)
         return made
+
+    def pooled(self, values: list[int]) -> list[int]:
+        """`values`, or the list equal to it made before: a hundred thousand tensors
+        of sizes [4] share one list, not a list each (~70 bytes, more than the file
+        spends on them). Decoded programs thus share such lists: code that edits
+        one in place (the mutation tools) must first give the owner its own copy."""
+        if len(values) > _POOL_ITEMS:
+            return values
+        key = tuple(values)
+        found = self._pool.get(key)
+        if found is not None:
+            return found
+        if len(self._pool) < _POOL_ENTRIES:
+            self._pool[key] = values
+        return values
 
     def charge(self, units: int, path: str | Path) -> None:
         self.budget -= units

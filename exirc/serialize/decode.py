@@ -13,7 +13,9 @@ a hostile file may point a million values at one table) is decoded at most
 twice and then shared (`CheckedBuffer.once`): memory follows the file's
 bytes, not its references. Code that walks values must therefore treat a
 shared long list once, not once per value (validation and the runtime's
-value table do).
+value table do). Short scalar vectors that recur (tensor sizes and dim
+orders, call arguments) are likewise one list for all (`CheckedBuffer.pooled`):
+code that edits a decoded program in place must copy such a list first.
 """
 
 from __future__ import annotations
@@ -149,7 +151,8 @@ def frame(t: TableView) -> P.Frame:
 def instruction(t: TableView) -> P.Instruction:
     kind, body = t.union(0, 1, "instr_args", P.INSTRUCTION_TYPES)
     if kind is P.KernelCall:
-        return P.KernelCall(body.scalar(0, I32, 0, "op_index"), body.scalars(1, "i", "args"))
+        return P.KernelCall(body.scalar(0, I32, 0, "op_index"),
+                            t.buf.pooled(body.scalars(1, "i", "args")))
     if kind is P.DelegateCall:
         return P.DelegateCall(body.scalar(0, I32, 0, "delegate_index"),
                               body.scalars(1, "i", "args"))
@@ -194,7 +197,7 @@ def tensor(t: TableView) -> P.Tensor:
     for i, size in enumerate(sizes):
         if size < 0:
             raise FormatError(f"size {size} is negative", field=f"{t.path}.sizes[{i}]")
-    dim_order = t.scalars(3, "B", "dim_order")
+    dim_order = t.buf.pooled(t.scalars(3, "B", "dim_order"))
     # An empty dim order means contiguous; otherwise it must be a permutation.
     if dim_order and sorted(dim_order) != list(range(len(sizes))):
         raise FormatError(f"{dim_order} is not a permutation of the {len(sizes)} dimensions",
@@ -204,7 +207,7 @@ def tensor(t: TableView) -> P.Tensor:
     return P.Tensor(
         scalar_type=_enum(P.ScalarType, t.scalar(0, I8, 0, "scalar_type"), t, "scalar_type"),
         storage_offset=t.scalar(1, I32, 0, "storage_offset"),
-        sizes=sizes,
+        sizes=t.buf.pooled(sizes),
         dim_order=dim_order,
         requires_grad=bool(t.scalar(4, BOOL, 0, "requires_grad")),
         data_buffer_idx=t.scalar(5, U32, 0, "data_buffer_idx"),

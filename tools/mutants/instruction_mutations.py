@@ -84,6 +84,7 @@ def arg_swap(ctx: Context) -> str | None:
     call = picks.choice(ctx.rng, calls)
     if plan is None or call is None:
         return None
+    call.args = list(call.args)  # its own: the reader shares equal short lists
     i, j = ctx.rng.sample(range(len(call.args)), 2)
     call.args[i], call.args[j] = call.args[j], call.args[i]
     return f"{plan.name} {_op(plan, call)} args {i} <-> {j}"
@@ -98,6 +99,7 @@ def arg_replace(ctx: Context) -> str | None:
         if plan else None
     if plan is None or call is None:
         return None
+    call.args = list(call.args)  # its own: the reader shares equal short lists
     position = ctx.rng.randrange(len(call.args))
     old = call.args[position]
     if ctx.rng.random() < 0.5:
@@ -114,6 +116,7 @@ def args_length(ctx: Context) -> str | None:
     if plan is None or call is None:
         return None
     old = len(call.args)
+    call.args = list(call.args)  # its own: the reader shares equal short lists
     if call.args and ctx.rng.random() < 0.5:
         del call.args[ctx.rng.randrange(len(call.args)):]
     else:
@@ -209,6 +212,7 @@ def delegate_call(ctx: Context) -> str | None:
     instr = chain.instructions[position]
     assert isinstance(instr, P.DelegateCall)
     action = ctx.rng.choice(["index", "arg", "drop_arg", "add_arg"])
+    instr.args = list(instr.args)  # its own: the reader shares equal short lists
     if action == "index":
         instr.delegate_index = ctx.rng.choice([-1, len(plan.delegates), 0, 2**31 - 1])
     elif action == "arg" and instr.args:

@@ -17,7 +17,7 @@ is not looked at here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from exirc.runtime.core.aliasing import may_alias
 from exirc.runtime.core.dim_order_args import check_dim_order_call
@@ -31,11 +31,14 @@ from exirc.serialize import program as P
 
 def check_method(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel], values: Values,
                  where: str) -> None:
-    """Refuse `plan` if any KernelCall's arguments are unsafe for its kernel."""
-    calls = _kernel_calls(plan, kernels)
-    locations = Locations(plan, calls)
+    """Refuse `plan` if any KernelCall's arguments are unsafe for its kernel.
+
+    The calls are described twice, one at a time (for where views lead, then
+    for the checks), rather than kept: a description per call, kept, would
+    cost many times what the file spends on the call."""
+    locations = Locations(plan, _kernel_calls(plan, kernels))
     shapes = MetaShapes(values)
-    for (c, i), call in calls.items():
+    for (c, i), call in _kernel_calls(plan, kernels):
         instr = plan.chains[c].instructions[i]
         assert isinstance(instr, P.KernelCall)
         op = plan.operators[instr.op_index]
@@ -46,14 +49,12 @@ def check_method(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel], values: V
 
 
 def _kernel_calls(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]
-                  ) -> dict[tuple[int, int], CallArguments]:
-    """(chain, instruction) -> the call's arguments, for each KernelCall whose
-    values have the kinds its schema takes."""
-    calls = {}
+                  ) -> Iterator[tuple[tuple[int, int], CallArguments]]:
+    """((chain, instruction), the call's arguments), in instruction order, for
+    each KernelCall whose values have the kinds its schema takes."""
     for c, chain in enumerate(plan.chains):
         for i, instr in enumerate(chain.instructions):
             if isinstance(instr, P.KernelCall) and instr.op_index in kernels:
                 described = call_arguments(kernels[instr.op_index], instr.args, plan.values)
                 if described is not None:
-                    calls[c, i] = described
-    return calls
+                    yield (c, i), described

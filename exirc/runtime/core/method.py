@@ -1,9 +1,14 @@
 """A loaded method and its run loop: the interpreter.
 
-Loading prepares the method once: its value table (`values`), its input
-specs (`inputs`), and one step per instruction (`steps`), a closure that
-runs the instruction and returns where to jump, if anywhere. Running is then
-only this: check the inputs, copy them into their planned memory, call each
+Loading checks the method: its input specs (`inputs`), each instruction's
+cost (`work`), and everything that preparing its value table (`values`) and
+one step per instruction (`steps`, a closure that runs the instruction and
+returns where to jump, if anywhere) would refuse, by preparing them against
+a skeleton table and dropping them. The first run makes them for good
+(`_make_ready`): a torch tensor per value and a closure per instruction cost
+tens of times the bytes the file spends on them, and a program loaded to be
+inspected, or one of many methods, may never run. Running is then only
+this: check the inputs, copy them into their planned memory, call each
 chain's steps in order (following jumps, within a budget), and copy the
 outputs out so they survive the next run. One method instance runs one call
 at a time (its arenas are shared state).
@@ -46,7 +51,7 @@ from exirc.runtime.core import arenas as memory
 from exirc.runtime.core.argument_checks import check_method
 from exirc.runtime.core.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.core.loop_clocks import LoopClocks
-from exirc.runtime.core.steps import Action, Site, Step, prepare, site_of, with_modules
+from exirc.runtime.core.steps import Action, Site, Step, prepare, site_of, with_module
 from exirc.runtime.core.values import Values, value_table, written_values
 from exirc.runtime.core.work import UNITS_PER_STEP, chain_costs, prefix_sums
 from exirc.runtime.engines.policy import EnginePolicy
@@ -100,53 +105,56 @@ class Method:
         self.shapes = shapes
         self.max_steps = max_steps
         self.clocks = LoopClocks(plan.name, max_steps, max_seconds)
+        self._program, self._plan, self._plan_where = program, plan, where
+        self._kernels, self._backends = kernels, backends
         self._arenas = memory.allocate_arenas(plan, shared_arenas)
         # (where in an arena, initial bytes) of each tensor that is program state
         self._initial_state: list[tuple[Any, memoryview]] = []
-        env = value_table(program, plan, self._arenas, where, self._initial_state)
+        # The checks read a skeleton of the value table: every tensor is made (and
+        # so checked) but not kept (`values`); the real table waits for a run.
+        skeleton = value_table(program, plan, self._arenas, where, self._initial_state,
+                               keep_tensors=False)
         self.reset_state()
-        written = written_values(plan, kernels)
-        self._env = env
-        values = Values(env, plan.values, written)
+        self._written = written = written_values(plan, kernels)
+        values = Values(skeleton, plan.values, written)
         check_method(plan, kernels, values, where)
-        # Run-time scalars start each run from the file's values, so a failed run
-        # (a loop counter left mid-way) cannot change the next one.
-        self._scalar_starts = [(i, env[i]) for i in sorted(written)]
         self.inputs: list[InputSpec] = [input_spec(plan, i, value, where, shapes)
                                         for i, value in enumerate(plan.inputs)]
         self.output_values = list(plan.outputs)
         self._positions = {value: i for i, value in enumerate(plan.inputs)}  # the last wins
         self.output_names = default_names(0, len(plan.outputs)).outputs  # io_names renames
-        self._chains: list[list[Step]] = []
-        self._sites: list[list[Site]] = []
-        # Per chain, its actions if it has no jumps (run by `_execute_straight`), else None.
-        self._straight: list[list[Action] | None] = []
+        # Each chain's module paths (`name_modules`), for its instructions' sites.
+        self._modules: Sequence[Sequence[str]] = ()
         # Per chain, prefix sums of the instructions' costs (what a backward jump
         # charges) and of their costs beyond one step (the careful loop's count).
-        self._costs: list[list[int]] = []
-        self._extras: list[list[int]] = []
+        self._costs: list[Sequence[int]] = []
+        self._extras: list[Sequence[int]] = []
         handles = [handle for _, handle in backends]
         for c, chain in enumerate(plan.chains):
-            steps, actions, sites = [], [], []
+            # Every instruction is prepared now, as the first run will prepare it,
+            # so a file it would refuse is refused at load; the step is dropped.
             for i, instr in enumerate(chain.instructions):
-                site = site_of(plan, c, i)
-                at = f"{where}.chains[{c}].instructions[{i}] ({site.label})"
-                prepared = prepare(instr, kernels, backends, values, at)
-                steps.append(prepared.step)
-                actions.append(prepared.action)
-                sites.append(site)
-            self._chains.append(steps)
-            straight = [action for action in actions if action is not None]
-            self._straight.append(straight if len(straight) == len(actions) else None)
-            self._sites.append(sites)
+                prepare(instr, kernels, backends, values, self._at(c, i))
             costs = chain_costs(plan, chain, kernels, handles, written)
             self._costs.append(prefix_sums(costs))
             self._extras.append(prefix_sums([cost - 1 for cost in costs]))
+        del skeleton, values
+        # What runs, made by `_make_ready` before the first run (None until then):
+        # the value table; per chain, its steps; per chain, its actions if it has
+        # no jumps (run by `_execute_straight`), else None; and the run-time
+        # scalars' starting values, restored before each run so that a failed run
+        # (a loop counter left mid-way) cannot change the next one.
+        self._env: list[Any] | None = None
+        self._chains: list[list[Step]] | None = None
+        self._straight: list[list[Action] | None] = []
+        self._scalar_starts: list[tuple[int, Any]] = []
         self._profiled: tuple[Profile, list[list[Step]]] | None = None
         # Which engine runs plain runs (`exirc.runtime.engines.seam`), and how, in words.
-        view = MethodView(self.name, plan, kernels, backends, delegate_choices, env,
-                          values.written, self.has_state, None not in self._straight,
-                          bool(shapes is not None and shapes.values), self._chains,
+        straight = not any(isinstance(instr, P.JumpFalseCall)
+                           for chain in plan.chains for instr in chain.instructions)
+        view = MethodView(self.name, plan, kernels, backends, delegate_choices,
+                          self._tables, written, self.has_state, straight,
+                          bool(shapes is not None and shapes.values),
                           self._positions, self.output_values, _copy_out)
         choice = prepare_method(policy or EnginePolicy.resolve(), view)
         self._accelerated, self.engine, self.execution = (choice.accelerated, choice.engine,
@@ -170,6 +178,44 @@ class Method:
         for target, initial in self._initial_state:
             target[:] = numpy.frombuffer(initial, dtype=numpy.uint8)
 
+    def _at(self, chain: int, index: int) -> str:
+        """How errors about the file name instruction `index` of `chain`."""
+        label = site_of(self._plan, chain, index).label
+        return f"{self._plan_where}.chains[{chain}].instructions[{index}] ({label})"
+
+    def _make_ready(self) -> None:
+        """Make the value table and every chain's steps: what a run needs.
+
+        Loading checked all of it against a skeleton table with the same code,
+        so nothing here refuses a file; it is left to the first run (or the
+        first look at the table) because a torch tensor per value and a step
+        per instruction cost tens of times the file's bytes."""
+        plan = self._plan
+        env = value_table(self._program, plan, self._arenas, self._plan_where, [])
+        values = Values(env, plan.values, self._written)
+        chains: list[list[Step]] = []
+        straight: list[list[Action] | None] = []
+        for c, chain in enumerate(plan.chains):
+            steps, actions = [], []
+            for i, instr in enumerate(chain.instructions):
+                prepared = prepare(instr, self._kernels, self._backends, values, self._at(c, i))
+                steps.append(prepared.step)
+                actions.append(prepared.action)
+            chains.append(steps)
+            kept = [action for action in actions if action is not None]
+            straight.append(kept if len(kept) == len(actions) else None)
+        self._scalar_starts = [(i, env[i]) for i in sorted(self._written)]
+        self._straight = straight
+        self._env = env
+        self._chains = chains  # last: run() takes a None here to mean "not ready"
+
+    def _tables(self) -> tuple[list[Any], list[list[Step]]]:
+        """The value table and steps, made now if not yet (what engines read)."""
+        if self._chains is None:
+            self._make_ready()
+        assert self._env is not None and self._chains is not None
+        return self._env, self._chains
+
     # -- running ---------------------------------------------------------------
 
     def run(self, inputs: Sequence[Any] | Mapping[str, Any] = (),
@@ -182,8 +228,12 @@ class Method:
         if self._file_guard is not None:
             self._file_guard.check()
         checked = check_inputs(self.name, self.inputs, self.shapes, inputs)
+        if self._chains is None:
+            self._make_ready()  # once: what loading checked but did not keep
+        env = self._env
+        assert env is not None
         for index, start in self._scalar_starts:
-            self._env[index] = start
+            env[index] = start
         fast = self._accelerated
         if fast is not None and observer is None and self.max_steps >= fast.length:
             outputs = fast.run(checked) if profile is None else \
@@ -196,6 +246,7 @@ class Method:
             raise ExecutionError(f"cannot copy the inputs of method {self.name!r} into its "
                                  f"planned memory: {type(error).__name__}: {error}") from error
         chains = self._chains if profile is None else self._profiled_chains(profile)
+        assert chains is not None
         allowance: Allowance = (self.max_steps, self.clocks.start())
         for c, steps in enumerate(chains):
             if observer is None and allowance[0] >= len(steps):
@@ -206,7 +257,7 @@ class Method:
                     allowance = self._execute(c, steps, allowance)
             else:
                 allowance = self._execute_careful(c, steps, allowance, observer)
-        return [_copy_out(self._env[index]) for index in self.output_values]
+        return [_copy_out(env[index]) for index in self.output_values]
 
     def _execute(self, chain: int, steps: list[Step], allowance: Allowance) -> Allowance:
         """The interpreter: run one chain's steps, following jumps, within `allowance`.
@@ -300,6 +351,7 @@ class Method:
     def _feed(self, inputs: list[Any]) -> None:
         """Put checked inputs where the program reads them."""
         env = self._env
+        assert env is not None
         for spec, value in zip(self.inputs, inputs):
             if spec.kind != "tensor":
                 env[spec.value] = value
@@ -319,8 +371,21 @@ class Method:
             return self._located(chain, pc, error)
         return self._failure(chain, pc, error)
 
+    def _site(self, chain: int, pc: int) -> Site:
+        """The site of instruction `pc` of `chain`, made when a message or profile
+        needs it (a site per instruction, kept, would cost more than the file)."""
+        site = site_of(self._plan, chain, pc)
+        paths = self._modules[chain] if chain < len(self._modules) else ()
+        return with_module(site, paths, self._length(chain))
+
+    def _sites(self, chain: int) -> list[Site]:
+        return [self._site(chain, pc) for pc in range(self._length(chain))]
+
+    def _length(self, chain: int) -> int:
+        return len(self._plan.chains[chain].instructions)
+
     def _failure(self, chain: int, pc: int, error: Exception) -> ExecutionError:
-        site = self._sites[chain][pc]
+        site = self._site(chain, pc)
         detail = (str(error).strip().splitlines() or [""])[0]
         return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
                               f"{self.name!r}: {type(error).__name__}: {detail}{site.origin}")
@@ -329,9 +394,9 @@ class Method:
         """A kernel's own ExecutionError (a quantized kernel refusing its arguments)
         with the instruction and source line it came from; other typed errors
         (a step limit, a delegate's) already say where, and pass as they are."""
-        if type(error) is not ExecutionError or not 0 <= pc < len(self._sites[chain]):
+        if type(error) is not ExecutionError or not 0 <= pc < self._length(chain):
             return error
-        site = self._sites[chain][pc]
+        site = self._site(chain, pc)
         return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
                               f"{self.name!r}: {error.message}{site.origin}", hint=error.hint)
 
@@ -358,19 +423,19 @@ class Method:
     def name_modules(self, modules: Sequence[Sequence[str]]) -> None:
         """Name in each instruction's site the submodule it came from (`modules`:
         per chain, a path per instruction; `exirc.runtime.core.module_paths`)."""
-        if len(modules) == len(self._sites):
-            self._sites = [with_modules(sites, paths)
-                           for sites, paths in zip(self._sites, modules)]
+        if len(modules) == len(self._plan.chains):
+            self._modules = modules
             self._profiled = None
 
     def _where(self, site: Site) -> str:
-        chain = f"chain {site.chain}, " if len(self._chains) > 1 else ""
+        chain = f"chain {site.chain}, " if len(self._plan.chains) > 1 else ""
         return f"{chain}instruction {site.index}"
 
     def _profiled_chains(self, profile: Profile) -> list[list[Step]]:
         if self._profiled is None or self._profiled[0] is not profile:
-            wrapped = [profile.wrap(steps, sites)
-                       for steps, sites in zip(self._chains, self._sites)]
+            assert self._chains is not None
+            wrapped = [profile.wrap(steps, self._sites(c))
+                       for c, steps in enumerate(self._chains)]
             self._profiled = (profile, wrapped)
         return self._profiled[1]
 
@@ -379,7 +444,7 @@ class Method:
     def value(self, index: int) -> Any:
         """The object behind value `index` now: a tensor over planned or file memory,
         a scalar, a list. For debugging and tests; a run may change it in place."""
-        return self._env[index]
+        return self._tables()[0][index]
 
     def signature(self) -> str:
         """`input_0: f32[2, 8], input_1: int`."""

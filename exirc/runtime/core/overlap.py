@@ -26,7 +26,7 @@ What is allowed to share memory (exact aliasing) is `aliasing.py`'s to say.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from exirc.errors import FormatError
@@ -107,21 +107,32 @@ AliasRule = Callable[[Kernel, TensorArgument, TensorArgument], bool]
 """`may_alias(kernel, written, other)`: whether the two arguments may be one tensor."""
 
 
-class Locations:
-    """The regions each tensor value of a method may occupy when a kernel runs."""
+Described = Iterable[tuple[tuple[int, int], CallArguments]]
+"""((chain, instruction), its description) of KernelCalls, in instruction order."""
 
-    def __init__(self, plan: P.ExecutionPlan, calls: Mapping[tuple[int, int], CallArguments]
-                 ) -> None:
+
+class Locations:
+    """The regions each tensor value of a method may occupy when a kernel runs.
+
+    A tensor's own region is worked out when asked for; only the tensors that
+    views and moves give more places are kept (a set per tensor value, kept,
+    would cost several times what the file spends on the tensor)."""
+
+    def __init__(self, plan: P.ExecutionPlan, calls: Described) -> None:
+        self._evalues = plan.values
+        self._inputs = frozenset(plan.inputs)
         self._places: dict[int, Places] = {}
-        inputs = set(plan.inputs)
-        for i, value in enumerate(plan.values):
-            if isinstance(value, P.Tensor):
-                own = _own_region(i, value, i in inputs)
-                self._places[i] = frozenset([own] if own is not None else [])
         self._follow(_sources(plan, calls))
 
     def of(self, value: int) -> Places:
-        return self._places.get(value, frozenset())
+        places = self._places.get(value)
+        if places is not None:
+            return places
+        tensor = self._evalues[value] if 0 <= value < len(self._evalues) else None
+        if not isinstance(tensor, P.Tensor):
+            return frozenset()
+        own = _own_region(value, tensor, value in self._inputs)
+        return frozenset([own] if own is not None else [])
 
     def _follow(self, sources: dict[int, list[int | Fresh]]) -> None:
         """Give each tensor the regions of everything it may be made to share
@@ -134,12 +145,12 @@ class Locations:
         pending = list(sources)
         while pending:
             target = pending.pop()
-            places = set(self._places.get(target, ()))
+            places = set(self.of(target))
             for source in sources[target]:
                 places |= {source} if isinstance(source, Fresh) else self.of(source)
             if len(places) > MAX_REGIONS:
                 places = {Anywhere()}
-            if places != self._places.get(target):
+            if places != self.of(target):
                 self._places[target] = frozenset(places)
                 pending.extend(readers.get(target, ()))
 
@@ -158,12 +169,14 @@ def _own_region(index: int, tensor: P.Tensor, is_input: bool) -> Region | None:
     return None  # given memory by an instruction, if any (see _sources)
 
 
-def _sources(plan: P.ExecutionPlan, calls: Mapping[tuple[int, int], CallArguments]
-             ) -> dict[int, list[int | Fresh]]:
+def _sources(plan: P.ExecutionPlan, calls: Described) -> dict[int, list[int | Fresh]]:
     """What each tensor may be made to share at run time: the values it may
-    become a view of, or `Fresh` for the new tensors a functional op returns."""
+    become a view of, or `Fresh` for the new tensors a functional op returns.
+    `calls` are taken one at a time, in step with the instructions."""
     sources: dict[int, list[int | Fresh]] = {}
     evalues = plan.values
+    described = iter(calls)
+    pending = next(described, None)
     for c, chain in enumerate(plan.chains):
         for i, instr in enumerate(chain.instructions):
             if isinstance(instr, P.MoveCall):
@@ -171,9 +184,12 @@ def _sources(plan: P.ExecutionPlan, calls: Mapping[tuple[int, int], CallArgument
                 if (isinstance(target, P.Tensor) and target.allocation_info is None
                         and isinstance(evalues[instr.move_from], P.Tensor)):
                     sources.setdefault(instr.move_to, []).append(instr.move_from)
-            elif (c, i) in calls and calls[c, i].functional:
-                for slot, source in _result_sources(calls[c, i], evalues):
-                    sources.setdefault(slot, []).extend(source)
+            elif pending is not None and pending[0] == (c, i):
+                call = pending[1]
+                pending = next(described, None)
+                if call.functional:
+                    for slot, source in _result_sources(call, evalues):
+                        sources.setdefault(slot, []).extend(source)
     return sources
 
 

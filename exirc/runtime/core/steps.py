@@ -75,12 +75,12 @@ def site_of(plan: P.ExecutionPlan, chain: int, index: int) -> Site:
     return Site(chain, index, _label(plan, chain_.instructions[index]), _source(chain_, index))
 
 
-def with_modules(sites: Sequence[Site], modules: Sequence[str]) -> list[Site]:
-    """`sites` (one chain's), each with its instruction's module path from
-    `modules` (a path per instruction; unchanged if the counts differ)."""
-    if len(modules) != len(sites):
-        return list(sites)
-    return [replace(site, module=module) for site, module in zip(sites, modules)]
+def with_module(site: Site, modules: Sequence[str], count: int) -> Site:
+    """`site` with its instruction's module path from `modules` (its chain's: a
+    path per instruction; unchanged unless there are `count`, the chain's length)."""
+    if len(modules) != count:
+        return site
+    return replace(site, module=modules[site.index])
 
 
 def prepare(instr: P.Instruction, kernels: Mapping[int, Kernel],

@@ -1,11 +1,19 @@
-"""A method's value table: one Python object per program value, built at load.
+"""A method's value table: one Python object per program value.
 
 The value table (`env`) holds one Python object per program value: a torch
 tensor over planned, constant or run-time memory; an int, float or bool; a
-string; a list. Tensors are created once at load and changed only in place,
-so the prepared instructions can hold them directly. Ints, floats and bools
-that instructions write at run time (sizes computed by prim ops, loop
-counters, conditions) are `written`: they are read from the table when used.
+string; a list. Tensors are created once, before the method first runs, and
+changed only in place, so the prepared instructions can hold them directly.
+Ints, floats and bools that instructions write at run time (sizes computed by
+prim ops, loop counters, conditions) are `written`: they are read from the
+table when used.
+
+A torch tensor costs ~2 KiB, so loading does not keep them: it builds the
+table with `keep_tensors=False`, which makes each tensor (so that whatever
+would refuse it refuses it at load) and puts the one `UNMADE` placeholder in
+its slot. That skeleton is what the load-time checks and the trial
+preparation of instructions read (`exirc.runtime.core.method`); the method's
+first run builds the real table with the same code.
 """
 
 from __future__ import annotations
@@ -31,16 +39,25 @@ class Values:
     written: frozenset[int]  # values other than tensors that change at run time
 
 
+UNMADE = torch.zeros(0)
+"""What a skeleton table (`keep_tensors=False`) holds for every tensor: a real
+tensor, so that preparing an instruction against it does what it does against
+the real table, but never run."""
+
+
 def value_table(program: P.Program, plan: P.ExecutionPlan,
                 arenas: memory.Arenas, where: str,
-                initial_state: list[tuple[Any, memoryview]]) -> list[Any]:
+                initial_state: list[tuple[Any, memoryview]],
+                keep_tensors: bool = True) -> list[Any]:
     """The table of `plan`'s values; each tensor that is program state adds
-    (where in an arena, initial bytes) to `initial_state`."""
+    (where in an arena, initial bytes) to `initial_state`. `keep_tensors=False`:
+    each tensor is made and dropped, and `UNMADE` stands in its slot."""
     env: list[Any] = []
     copies = _Copies()
     for i, value in enumerate(plan.values):
         if isinstance(value, P.Tensor):
-            env.append(_tensor(program, value, arenas, where, i, initial_state))
+            made = _tensor(program, value, arenas, where, i, initial_state)
+            env.append(made if keep_tensors else UNMADE)
         elif isinstance(value, P.Int):
             env.append(value.int_val)
         elif isinstance(value, P.Double):

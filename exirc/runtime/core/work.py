@@ -24,6 +24,7 @@ written at run time (a size computed by a prim op) is taken at its worst.
 
 from __future__ import annotations
 
+import array
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -74,13 +75,20 @@ def chain_costs(plan: P.ExecutionPlan, chain: P.Chain, kernels: Mapping[int, Ker
             for instr in chain.instructions]
 
 
-def prefix_sums(costs: Sequence[int]) -> list[int]:
+def prefix_sums(costs: Sequence[int]) -> Sequence[int]:
     """`sums[i]` is the cost of instructions 0 to i - 1, so instructions
-    d to j cost `sums[j + 1] - sums[d]`."""
+    d to j cost `sums[j + 1] - sums[d]`.
+
+    Kept by every loaded method for every instruction, so as 8-byte integers
+    (a list would hold a 28-byte int object per sum past 256), unless a sum
+    outgrows them (estimates of absurd sizes in a hostile file): then a list."""
     sums = [0]
     for cost in costs:
         sums.append(sums[-1] + cost)
-    return sums
+    try:
+        return array.array("q", sums)
+    except OverflowError:
+        return sums
 
 
 def instruction_cost(plan: P.ExecutionPlan, instr: P.Instruction, kernels: Mapping[int, Kernel],

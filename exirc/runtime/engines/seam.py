@@ -62,24 +62,37 @@ class MethodView:
     one chain per instruction list, no jumps, fixed arguments; `dynamic`: some
     tensor has a symbolic shape; `steps`: each chain's prepared instructions (an
     engine may run one at load to fold a constant). `input_positions`,
-    `output_values` and `copy_out` say how the interpreter hands out outputs."""
+    `output_values` and `copy_out` say how the interpreter hands out outputs.
+
+    `env` and `steps` are made when an engine first asks for them (`tables`):
+    the interpreter makes its value table and steps lazily, and a method no
+    engine looks at (the reference policy) should not pay for them at load."""
 
     name: str
     plan: P.ExecutionPlan
     kernels: Mapping[int, Kernel]
     backends: Sequence[tuple[Any, Any]]
     delegates: Sequence[DelegateChoice]
-    env: list[Any]
+    tables: Callable[[], tuple[list[Any], Sequence[Sequence[Callable[[], Any]]]]]
     written: frozenset[int]
     has_state: bool
     straight: bool
     dynamic: bool
-    steps: Sequence[Sequence[Callable[[], Any]]]
     input_positions: Mapping[int, int]
     output_values: Sequence[int]
     copy_out: Callable[[Any], Any]
     # What one engine built that another may reuse (the ONNX form, say), by key.
     shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def env(self) -> list[Any]:
+        """The method's value table (made now if not yet)."""
+        return self.tables()[0]
+
+    @property
+    def steps(self) -> Sequence[Sequence[Callable[[], Any]]]:
+        """Each chain's prepared instructions (made now if not yet)."""
+        return self.tables()[1]
 
 
 class AcceleratedMethod(Protocol):

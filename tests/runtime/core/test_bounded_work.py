@@ -336,5 +336,5 @@ def test_corrupted_sizes_never_make_a_cost_below_one() -> None:
 
 def test_prefix_sums_price_any_span() -> None:
     sums = prefix_sums([3, 1, 5, 2])
-    assert sums == [0, 3, 4, 9, 11]
+    assert list(sums) == [0, 3, 4, 9, 11]
     assert sums[3] - sums[1] == 1 + 5  # instructions 1 to 2

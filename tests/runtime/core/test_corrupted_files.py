@@ -167,6 +167,7 @@ def mutate_program(program: P.Program, rng: random.Random) -> str:
     if kind == "arg" and kernel_calls:
         call = rng.choice(kernel_calls)
         if call.args:
+            call.args = list(call.args)  # its own: the reader shares equal short lists
             slot = rng.randrange(len(call.args))
             call.args[slot] = rng.randrange(len(values))
             return f"argument {slot} of {call} = {call.args[slot]}"
