@@ -289,6 +289,7 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
     from exirc.capture import capture
 
     exported = {name: capture(source) for name, source in sources.items()}
+    exported = _without_torchao_ops(sources, exported)
     capture_seconds = time.perf_counter() - started
     if options.on_stage is not None:
         options.on_stage("capture", capture_seconds)
@@ -322,6 +323,21 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
             # float ops: one quantization step of the outputs is a match.
             options = dataclasses.replace(options, atol=quantized.report.output_step or None)
         verify_and_bundle(result, references, options, kernels)
+    return result
+
+
+def _without_torchao_ops(sources: dict[str, MethodSource],
+                         exported: dict[str, ExportedProgram]) -> dict[str, ExportedProgram]:
+    """Methods of a model quantized with torchao's `quantize_`: their torchao ops as
+    exirc's quantized_decomposed ones (`exirc.quantize.torchao_ops`)."""
+    from exirc.quantize.torchao_ops import TorchaoOpsToQuantizedDecomposed, uses_torchao_ops
+
+    result = dict(exported)
+    for name, program in exported.items():
+        if uses_torchao_ops(program):
+            source = sources[name]
+            convert = TorchaoOpsToQuantizedDecomposed(f"method {name!r}")
+            result[name] = convert(program, source.example_inputs, source.dynamic_shapes)
     return result
 
 
