@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from exirc.backend.ops import BackendOp
     from exirc.capture import MethodSource
     from exirc.diagnostics.eager_check import VerificationReport
-    from exirc.diagnostics.quantization import QuantizationReport, Quantized
+    from exirc.diagnostics.quantization import QuantizationReport
     from exirc.runtime.kernels.registry import KernelRegistry
 
 
@@ -59,6 +59,9 @@ class CompileOptions:
     quantize: str | None = None
     calibration_inputs: tuple[str | Path, ...] = ()
     quantize_group_size: int | None = None
+    # Warn for an output whose SQNR against the float model (on `verify_inputs`
+    # when given, else the calibration inputs) is below this; None: 20 dB.
+    min_sqnr_db: float | None = None
     # Told each stage's name and seconds as it finishes (`exirc compile`'s
     # progress lines); per method for the pipeline's stages.
     on_stage: Callable[[str, float], None] | None = None
@@ -112,6 +115,10 @@ class CompileResult:
     verification: VerificationReport | None = None  # with options.verify: what matched
     bundled_cases: int = 0  # with options.bundle: test cases stored in the program
     quantization: QuantizationReport | None = None  # with options.quantize: sizes, accuracy
+    # With options.quantize, per method: the quantized model as torch runs it (what
+    # --verify compares with); and every warning, as told to `warn`.
+    quantized_modules: dict[str, torch.nn.Module] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def save(self, path: str | Path) -> None:
         """Write the program atomically (never a partial file), with the user's umask."""
@@ -241,11 +248,13 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
                    methods: dict[str, tuple[Any, ...]] | None = None,
                    options: CompileOptions = CompileOptions(),
                    kernels: KernelRegistry | None = None,
-                   constant_methods: dict[str, Any] | None = None) -> CompileResult:
+                   constant_methods: dict[str, Any] | None = None,
+                   warn: Callable[[str], None] | None = None) -> CompileResult:
     """Capture `module` (and extra `methods`: name -> (module, inputs[, shapes])),
     with `constant_methods` (name -> value) as a model file's `constant_methods`.
 
-    `kernels` is the interpreter's kernel registry for `options.verify`."""
+    `kernels` is the interpreter's kernel registry for `options.verify`; `warn`
+    receives warnings (default: `warnings.warn`)."""
     from exirc.capture import MethodSource
     from exirc.capture.constant_methods import read_constant_methods
 
@@ -258,7 +267,7 @@ def compile_module(module: torch.nn.Module, example_inputs: tuple[Any, ...], *,
                                      shapes[0] if shapes else None, None, "<module>")
     constants = read_constant_methods(constant_methods, "constant_methods", sources)
     return _compile_sources(sources, options, kernels, started=time.perf_counter(),
-                            constant_methods=constants)
+                            constant_methods=constants, warn=warn)
 
 
 def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
@@ -278,12 +287,13 @@ def compile_model(spec: str, options: CompileOptions = CompileOptions(), *,
     started = time.perf_counter()  # loading the model counts as capture
     loaded = load_model(spec, example_inputs_path=example_inputs_path, warn=warn)
     return _compile_sources(loaded.methods, options, kernels, started=started,
-                            constant_methods=loaded.constant_methods)
+                            constant_methods=loaded.constant_methods, warn=warn)
 
 
 def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
                      kernels: KernelRegistry | None, *, started: float,
-                     constant_methods: dict[str, Any] | None = None) -> CompileResult:
+                     constant_methods: dict[str, Any] | None = None,
+                     warn: Callable[[str], None] | None = None) -> CompileResult:
     """Capture each method, take the eager references --verify/--bundle need,
     compile, and check the program against them; `started` is when capture began."""
     from exirc.capture import capture
@@ -294,7 +304,10 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
     if options.on_stage is not None:
         options.on_stage("capture", capture_seconds)
     quantize_started = time.perf_counter()
-    quantized = _quantize(sources, exported, options)
+    quantized = None
+    if options.quantize is not None:
+        from exirc.diagnostics.quantization import quantize_with
+        quantized = quantize_with(options, sources, exported, warn)
     if quantized is not None:  # the quantized model is what the program is verified against
         sources, exported = quantized.sources, quantized.exported
     quantize_seconds = time.perf_counter() - quantize_started
@@ -309,8 +322,7 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
         from exirc.diagnostics.quantization import measure
 
         first["quantize"] = quantize_seconds
-        measure(result, quantized, kernels)
-        result.quantization = quantized.report
+        measure(result, quantized, kernels)  # fills result.quantization, its warnings told
     stages = result.report.stage_seconds  # capture first; kept, with its listener
     ordered = {**first, **stages}
     stages.clear()
@@ -339,17 +351,6 @@ def _without_torchao_ops(sources: dict[str, MethodSource],
             convert = TorchaoOpsToQuantizedDecomposed(f"method {name!r}")
             result[name] = convert(program, source.example_inputs, source.dynamic_shapes)
     return result
-
-
-def _quantize(sources: dict[str, MethodSource], exported: dict[str, ExportedProgram],
-              options: CompileOptions) -> Quantized | None:
-    if options.quantize is None:
-        return None
-    from exirc.diagnostics.quantization import quantize_sources
-    from exirc.quantize import QuantizeConfig
-
-    config = QuantizeConfig(options.quantize, options.quantize_group_size)
-    return quantize_sources(sources, exported, config, options.calibration_inputs)
 
 
 # -- kernels for backend ops bound to patterns -----------------------------------

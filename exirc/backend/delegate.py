@@ -11,6 +11,7 @@ from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.backend.delegation.registry import delegation_backend, resolve_partitioner
 from exirc.backend.delegation.report import DelegationReport
 from exirc.errors import InternalError, UsageError
+from exirc.ir.content import content_digest
 from exirc.ir.meta import set_delegation_report
 from exirc.passes.contract import Pass, PassResult
 
@@ -55,8 +56,9 @@ class Delegate(Pass):
             lowered = LoweredDelegate(f"{partition.backend_id}_{index}", partition.backend_id,
                                       piece, result)
             weight_bytes = sum(t.nbytes for t in piece.constants.values())
+            digests = {content_digest(t): t.nbytes for t in piece.constants.values()}
             report.add_partition(lowered.name, partition.backend_id, nodes,
-                                 len(result.processed), weight_bytes, result.summary)
+                                 len(result.processed), weight_bytes, result.summary, digests)
             replace(program, nodes, lowered)
         set_delegation_report(graph_module, report)
         return PassResult(program, bool(plan.partitions))

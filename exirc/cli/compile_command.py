@@ -48,6 +48,7 @@ Examples:
   exirc compile model.py --plugin my_kernels -o m.pte    # custom ops: kernels from a module
   exirc compile gpt2.pt2 --import transformers.modeling_outputs   # outputs of library types
   exirc compile model.py --quantize int8 --calibration-inputs a.npz --target xnnpack
+  exirc compile model.py --quantize int8 --calibration-inputs a.npz --verify-inputs b.npz
   exirc compile llm.py --quantize int4-weight-only -o llm.pte
 
 \b
@@ -126,7 +127,8 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
 @click.option("--verify-inputs", "verify_inputs", multiple=True, metavar="FILE.npz",
               type=click.Path(dir_okay=False),
               help="Inputs for --verify and --bundle instead of the example inputs: a .npz "
-                   "per case (repeatable).")
+                   "per case (repeatable); with --quantize, the accuracy is measured on them "
+                   "(inputs the calibration did not see).")
 @click.option("--rtol", type=float, default=None,
               help="Relative tolerance of --verify and bundled cases, for every dtype "
                    "(default 1e-4; float16 1e-3, bfloat16 1.6e-2).")
@@ -156,6 +158,10 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
               type=click.Path(dir_okay=False),
               help="Inputs to calibrate --quantize int8 on and measure accuracy with, a .npz "
                    "per case as --verify-inputs takes them (default: the example inputs).")
+@click.option("--min-sqnr", "min_sqnr", type=float, default=None, metavar="DB",
+              help="Warn (stderr, and `warnings` in --json) when an output's SQNR against the "
+                   "float model is below DB (default 20; measured on --verify-inputs when "
+                   "given, else the calibration inputs).")
 @click.option("--group-size", type=int, default=None,
               help="Values per scale of the weight-only modes and 8da4w (default: per "
                    "channel for int8, 128 for int4, 32 for 8da4w; rows it does not divide "
@@ -180,7 +186,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     verify: bool, verify_inputs: tuple[str, ...], rtol: float | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
                     imports: tuple[str, ...], quantize: str | None,
-                    calibration_inputs: tuple[str, ...],
+                    calibration_inputs: tuple[str, ...], min_sqnr: float | None,
                     group_size: int | None, explain_delegation: str | None,
                     time_passes: bool, as_json: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
@@ -221,7 +227,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              verify_inputs=verify_inputs,
                              rtol=rtol, atol=atol, bundle=bundle, quantize=quantize,
                              calibration_inputs=calibration_inputs,
-                             quantize_group_size=group_size,
+                             quantize_group_size=group_size, min_sqnr_db=min_sqnr,
                              on_stage=stage_printer() if wants_progress(
                                  sys.stderr, quiet=quiet, as_json=as_json) else None)
     for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)

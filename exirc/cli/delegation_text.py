@@ -134,7 +134,9 @@ def summary_line(reports: Mapping[str, DelegationReport]) -> str | None:
         return None
     delegated = sum(r.delegated_nodes for r in reports.values())
     total = sum(r.compute_nodes for r in reports.values())
-    weights = sum(p.weight_bytes for r in reports.values() for p in r.partitions)
+    from exirc.backend.delegation.report import unique_weight_bytes
+
+    weights = unique_weight_bytes(reports.values())  # shared by methods: once
     return (f"  delegated {delegated} of {total} nodes in {partitions} partition"
             f"{'s' if partitions != 1 else ''} (weights {human_bytes(weights)}); "
             "--explain-delegation says why the rest was not")

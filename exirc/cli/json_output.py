@@ -65,6 +65,10 @@ def compile_body(result: CompileResult, output: str) -> dict[str, Any]:
         "total_seconds": report.total_seconds,
         "methods": [plan.name for plan in program.execution_plan],
         "bundled_cases": result.bundled_cases,
+        # with --quantize: sizes, accuracy per output, and its warnings (also in
+        # "warnings", every warning the compile gave)
+        "quantization": None if result.quantization is None else result.quantization.to_json(),
+        "warnings": list(result.warnings),
         "verification": None if verification is None else {
             "ok": verification.ok, "outputs_compared": verification.outputs_compared,
             "max_abs_error": verification.max_abs, "summary": verification.summary()},

@@ -1,5 +1,6 @@
 """What `exirc compile --quantize` prints: the weight bytes saved, and the accuracy
-against the float model on the calibration inputs."""
+against the float model (on --verify-inputs when given, else the calibration
+inputs), an output under --min-sqnr marked."""
 
 from __future__ import annotations
 
@@ -22,16 +23,20 @@ def quantization_lines(report: QuantizationReport) -> list[str]:
         parts.append(f"{len(report.weights)} weight table{'s' if len(report.weights) != 1 else ''}"
                      f" (group size {', '.join(map(str, groups))})")
     what = " and ".join(parts)
+    calibrated = f"calibrated on {', '.join(report.calibration)}; " \
+        if report.mode == "int8" else ""
+    measured = ", ".join(report.measured_on)
+    if report.mode == "int8" and report.measured_on == report.calibration:
+        measured += " (the inputs calibrated on: --verify-inputs measures on others)"
     lines = [
-        f"  quantized {report.mode}: {what}, "
-        f"{'calibrated' if report.mode == 'int8' else 'measured'} on "
-        f"{', '.join(report.calibration)}",
+        f"  quantized {report.mode}: {what}, {calibrated}accuracy measured on {measured}",
         f"  weights {human_bytes(report.float_weight_bytes)} float -> "
         f"{human_bytes(report.weight_bytes)} stored ({report.weight_ratio:.2f}x)",
     ]
     for accuracy in report.accuracy:
         sqnr = "exact" if math.isinf(accuracy.sqnr_db) and accuracy.sqnr_db > 0 else \
             f"SQNR {accuracy.sqnr_db:.1f} dB"
+        below = f" -- BELOW {report.min_sqnr_db:g} dB" if accuracy.below_minimum else ""
         lines.append(f"  accuracy vs float, {accuracy.method} output {accuracy.output}: {sqnr}, "
-                     f"max abs error {accuracy.max_abs_error:.3g}")
+                     f"max abs error {accuracy.max_abs_error:.3g}{below}")
     return lines

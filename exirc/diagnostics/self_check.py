@@ -8,6 +8,7 @@ The compiler calls these in order: `check_options` before anything runs,
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -29,9 +30,15 @@ def check_options(options: CompileOptions) -> None:
     if (options.calibration_inputs or options.quantize_group_size) and not options.quantize:
         raise UsageError("calibration inputs and a group size apply to --quantize",
                          hint="add --quantize int8 (or a weight-only mode)")
-    if options.verify_inputs and not options.self_check:
-        raise UsageError("verification inputs apply to --verify and --bundle",
+    if options.verify_inputs and not (options.self_check or options.quantize):
+        raise UsageError("verification inputs apply to --verify, --bundle and --quantize",
                          hint="add --verify (or --bundle to store them in the program)")
+    if options.min_sqnr_db is not None:
+        if not options.quantize:
+            raise UsageError("a minimum SQNR applies to --quantize",
+                             hint="add --quantize MODE, or drop --min-sqnr")
+        if math.isnan(options.min_sqnr_db):
+            raise UsageError("the minimum SQNR must be a number of dB, not NaN")
     rtol = DEFAULT_RTOL if options.rtol is None else options.rtol
     atol = DEFAULT_ATOL if options.atol is None else options.atol
     if not (rtol >= 0 and atol >= 0):

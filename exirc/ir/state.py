@@ -159,6 +159,30 @@ def _buffer_placeholders(program: ExportedProgram) -> Iterator[tuple[Node, str]]
             yield node, spec.target
 
 
+def written_inputs(program: ExportedProgram) -> set[str]:
+    """The placeholders of the buffers and tensor constants a captured method
+    writes (its program state, once planned: `plan_state`): a KV cache, a
+    counter. Not weights, and a sign the method depends on what came before."""
+    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    found = set()
+    for spec in program.graph_signature.input_specs:
+        if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and \
+                isinstance(spec.arg, TensorArgument) and spec.target in mutated:
+            found.add(spec.arg.name)
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name not in found and _written(node) and \
+                _lifted(program, node.name):
+            found.add(node.name)
+    return found
+
+
+def _lifted(program: ExportedProgram, name: str) -> bool:
+    return any(spec.arg.name == name and spec.kind in (InputKind.BUFFER,
+                                                       InputKind.CONSTANT_TENSOR)
+               for spec in program.graph_signature.input_specs
+               if isinstance(spec.arg, TensorArgument))
+
+
 def _written_buffers(program: ExportedProgram) -> set[str]:
     """Buffers the program writes: functional mutation outputs (after
     decomposition), or in-place ops on the buffer (torch.export's ATen graph)."""

@@ -63,6 +63,9 @@ class QuantizedMethod:
     program: ExportedProgram  # re-exported: the ATen-dialect input of the pipeline
     weights: list[QuantizedWeight]  # weight-only: what was quantized
     quantized_ops: int  # static: ops whose weights or activations are quantized
+    # static: the quantized layers' integer weights, by content (`content_digest`),
+    # so methods sharing layers count them once
+    layers: frozenset[str] = frozenset()
 
 
 def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
@@ -80,9 +83,10 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
                          hint="quantize the model file (with `dynamic_shapes`) rather than a "
                               ".pt2 archive, or export the archive with static shapes")
     module = exported.module()
-    quantized_ops = 0
+    quantized_ops, layers = 0, frozenset[str]()
     if config.mode == "int8":
-        module, quantized_ops = _static_int8(module, calibration, where)
+        module, layers = _static_int8(module, calibration, where)
+        quantized_ops = len(layers)
         # Embedding tables are weights pt2e leaves float; in language models they
         # are most of the bytes. They become int8 rows read by embedding_byte.
         weights = quantize_weights(module, 8, embeddings_only=True)
@@ -103,11 +107,11 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
         raise ModelError(f"{where}: exporting the quantized model failed: "
                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
                          hint="rerun with --debug to see the traceback") from error
-    return QuantizedMethod(module, program, weights, quantized_ops)
+    return QuantizedMethod(module, program, weights, quantized_ops, layers)
 
 
 def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
-                 where: str) -> tuple[GraphModule, int]:
+                 where: str) -> tuple[GraphModule, frozenset[str]]:
     try:
         from torchao.quantization.pt2e import move_exported_model_to_eval
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -117,15 +121,20 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
                                            "pip install 'exirc[quantize]'") from error
     from exirc.quantize.quantizer import make_quantizer
 
-    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
-    already = sum(1 for n in module.graph.nodes if n.target == dequantize)
+    already = _per_channel_weights(module)
     step = "preparing the model for calibration (torchao's prepare_pt2e)"
+    # Calibrating runs the model: a KV cache it writes must not keep what the
+    # calibration inputs wrote (the model's buffers are the captured program's,
+    # and the quantized program's state starts from them).
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
     try:
         prepared = prepare_pt2e(module, make_quantizer())
         step = "calibrating"
         with torch.no_grad():
             for args in calibration:
                 prepared(*args)
+        for buffer, value in buffers:
+            buffer.data.copy_(value)
         step = "converting the calibrated model (torchao's convert_pt2e)"
         converted = convert_pt2e(prepared)
     except Exception as error:
@@ -137,8 +146,31 @@ def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],
     torch.nn.Module.train(converted, False)
     # Weights dequantized per channel are the layers quantized, less those the
     # model came with (a model quantized already gains none).
-    count = sum(1 for n in converted.graph.nodes if n.target == dequantize) - already
-    return converted, count
+    return converted, _per_channel_weights(converted) - already
+
+
+def _per_channel_weights(module: GraphModule) -> frozenset[str]:
+    """The integer weights `module` dequantizes per channel, by content."""
+    from exirc.ir.content import content_digest
+
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel.default
+    found = set()
+    for node in module.graph.nodes:
+        if node.target != dequantize:
+            continue
+        weight, scales = (_constant(module, arg) for arg in node.args[:2])
+        key = [t for t in (weight, scales) if t is not None]
+        found.add(content_digest(*key) if weight is not None else f"node {node.name}")
+    return frozenset(found)
+
+
+def _constant(module: GraphModule, arg: Any) -> torch.Tensor | None:
+    if not isinstance(arg, torch.fx.Node) or arg.op != "get_attr":
+        return None
+    value: Any = module
+    for part in str(arg.target).split("."):
+        value = getattr(value, part, None)
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _has_dynamic_inputs(exported: ExportedProgram) -> bool:

@@ -27,14 +27,14 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from exirc.quantize.weight_only import (
-    RANGES,
-    QuantizedWeight,
-    _attribute,
-    _drop_unused_attributes,
-    _first_node,
-    _weight_use,
+from exirc.ir.content import content_digest
+from exirc.quantize.graph_weights import (
+    attribute_at,
+    drop_unused_attributes,
+    first_node,
+    weight_use,
 )
+from exirc.quantize.weight_only import RANGES, QuantizedWeight
 
 _aten = torch.ops.aten
 
@@ -78,7 +78,7 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
     for node in list(graph.nodes):
         if node.target not in MATMULS:
             continue
-        found = _weight_use(model, node)
+        found = weight_use(model, node)
         if found is None:
             continue
         index, transposed = found
@@ -86,14 +86,14 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
         assert isinstance(weight_node, Node)
         key = (str(weight_node.target), transposed)
         if key not in done:
-            weight = _attribute(model, str(weight_node.target))
+            weight = attribute_at(model, str(weight_node.target))
             rows = weight.t() if transposed else weight
             size = group_size_for(rows.shape[1], group_size) if bits == 4 else rows.shape[1]
             values, scales = quantize_symmetric(rows, bits, size, bf16_scales=bits == 4)
             stem = str(weight_node.target).replace(".", "_") + ("_t" if transposed else "")
             model.register_buffer(f"{stem}_int{bits}", values)
             model.register_buffer(f"{stem}_scales", scales if bits == 4 else scales.reshape(-1))
-            with graph.inserting_before(_first_node(graph)):
+            with graph.inserting_before(first_node(graph)):
                 stored = graph.get_attr(f"{stem}_int{bits}")
                 scale_node = graph.get_attr(f"{stem}_scales")
             with graph.inserting_before(node):
@@ -107,7 +107,7 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
                 if transposed:
                     read = graph.call_function(_aten.t.default, (read,))
             done[key] = (read, QuantizedWeight(str(weight_node.target), tuple(weight.shape),
-                                               size))
+                                               size, digest=content_digest(values, scales)))
         read, entry = done[key]
         entry.users.append(node.name)
         node.update_arg(index, read)
@@ -117,7 +117,7 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
             node.update_arg(activation_index, _per_token(graph, q, activation, node))
     graph.eliminate_dead_code()
     model.delete_all_unused_submodules()
-    _drop_unused_attributes(model)
+    drop_unused_attributes(model)
     model.recompile()
     return [entry for _, entry in done.values()]
 

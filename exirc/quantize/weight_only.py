@@ -17,10 +17,17 @@ once and stored once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
+
+from exirc.ir.content import content_digest
+from exirc.quantize.graph_weights import (
+    attribute_at,
+    drop_unused_attributes,
+    first_node,
+    weight_use,
+)
 
 _aten = torch.ops.aten
 
@@ -37,6 +44,9 @@ class QuantizedWeight:
     shape: tuple[int, ...]
     group_size: int
     users: list[str] = field(default_factory=list)
+    # What is stored (values and scales), by content: the same weight quantized
+    # in two methods (prefill and decode of one model) is one weight, stored once.
+    digest: str = ""
 
 
 def quantize_rows(weight: torch.Tensor, bits: int, group_size: int
@@ -73,7 +83,7 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
     done: dict[tuple[str, bool], tuple[Node, QuantizedWeight]] = {}
     graph = model.graph
     for node in list(graph.nodes):
-        found = _weight_use(model, node)
+        found = weight_use(model, node)
         if found is None or (embeddings_only and node.target != _aten.embedding.default):
             continue
         index, transposed = found
@@ -81,7 +91,7 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
         assert isinstance(weight_node, Node)
         key = (str(weight_node.target), transposed)
         if key not in done:
-            weight = _attribute(model, str(weight_node.target))
+            weight = attribute_at(model, str(weight_node.target))
             rows = weight.t() if transposed else weight
             size = group_size_for(rows.shape[1], bits, group_size)
             values, scales = quantize_rows(rows, bits, size)
@@ -89,7 +99,7 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
             suffix = "_t" if transposed else ""
             model.register_buffer(f"{stem}{suffix}_int{bits}", values)
             model.register_buffer(f"{stem}{suffix}_scales", scales)
-            with graph.inserting_before(_first_node(graph)):
+            with graph.inserting_before(first_node(graph)):
                 stored = graph.get_attr(f"{stem}{suffix}_int{bits}")
                 scale_node = graph.get_attr(f"{stem}{suffix}_scales")
             with graph.inserting_before(node):
@@ -98,64 +108,14 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
                     torch.float32))
                 if transposed:
                     read = graph.call_function(_aten.t.default, (read,))
-            entry = QuantizedWeight(str(weight_node.target), tuple(weight.shape), size)
+            entry = QuantizedWeight(str(weight_node.target), tuple(weight.shape), size,
+                                    digest=content_digest(values, scales))
             done[key] = (read, entry)
         read, entry = done[key]
         entry.users.append(node.name)
         node.update_arg(index, read)
     graph.eliminate_dead_code()
     model.delete_all_unused_submodules()
-    _drop_unused_attributes(model)
+    drop_unused_attributes(model)
     model.recompile()
     return [entry for _, entry in done.values()]
-
-
-def _weight_use(model: GraphModule, node: Node) -> tuple[int, bool] | None:
-    """(argument index, whether stored transposed) of a constant 2-D float weight
-    that `node` reads as an embedding table or a matmul's right side."""
-    if node.op != "call_function":
-        return None
-    if node.target == _aten.embedding.default:
-        index, transposed = 0, False
-    elif node.target == _aten.linear.default:
-        index, transposed = 1, False
-    elif node.target == _aten.addmm.default:
-        index, transposed = 2, True  # [in, out]: groups run along `in`, a column
-    elif node.target == _aten.mm.default:
-        index, transposed = 1, True
-    else:
-        return None
-    if len(node.args) <= index:
-        return None
-    weight = node.args[index]
-    if not isinstance(weight, Node) or weight.op != "get_attr":
-        return None
-    value = _attribute(model, str(weight.target))
-    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or value.dim() != 2:
-        return None
-    return index, transposed
-
-
-def _attribute(model: GraphModule, target: str) -> Any:
-    owner: Any = model
-    for part in target.split("."):
-        owner = getattr(owner, part, None)
-    return owner
-
-
-def _first_node(graph: torch.fx.Graph) -> Node:
-    return next(n for n in graph.nodes if n.op != "placeholder")
-
-
-def _drop_unused_attributes(model: GraphModule) -> None:
-    """Float weights no node reads any more: deleted, so they are not exported."""
-    used = {str(n.target) for n in model.graph.nodes if n.op == "get_attr"}
-    for name, _ in list(model.named_parameters()) + list(model.named_buffers()):
-        if name in used:
-            continue
-        owner_name, _, attribute = name.rpartition(".")
-        owner = model.get_submodule(owner_name) if owner_name else model
-        if attribute in owner._parameters:
-            del owner._parameters[attribute]
-        elif attribute in owner._buffers:
-            del owner._buffers[attribute]

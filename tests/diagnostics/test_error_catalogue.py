@@ -31,6 +31,7 @@ from exirc.errors import (
     ModelError,
     UsageError,
 )
+from exirc.quantize.calibration import CalibrationError
 from exirc.runtime.errors import ExecutionError, StepLimitError
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
@@ -176,6 +177,24 @@ model = Model().eval()
 example_inputs = (torch.randn(2, 3),)
 """
 
+# A decoder step in miniature: a cache buffer written at the position it is given.
+CACHED = """\
+import torch
+
+class Step(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(8, 4))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, self.fc(x))
+        return self.cache.sum(0)
+
+model = Step().eval()
+example_inputs = (torch.randn(1, 4), torch.tensor([0]))
+"""
+
 
 def compile_model(source: str, *options: str) -> Callable[[Path, str], list[str]]:
     """`exirc compile model.py` of `source`, with the default pipeline."""
@@ -241,6 +260,12 @@ CASES = [
     Case("E0202", 2, with_plugin_pass("raising"),
          re.escape("pass raising failed: ValueError: bad plugin state"),
          exactly("the error is in your pass; rerun with --debug for its traceback")),
+    Case("E0203", 2, compile_model(CACHED, "--quantize", "int8"),
+         re.escape("method 'forward' takes positions or a cache: it writes 1 buffer (cache); "
+                   "static int8 calibrated on the example inputs alone (one call, one "
+                   "position) fixes activation ranges that are wrong at every other position, "
+                   "and an accuracy measured on the same inputs would not show it"),
+         exactly(CalibrationError.default_hint)),
     Case("E0300", 3, inspect_bytes(b"\x00" * 64),
          re.escape("header: file identifier is b'\\x00\\x00\\x00\\x00', expected b'ET12': ")
          + ".+", exactly(FormatError.default_hint)),

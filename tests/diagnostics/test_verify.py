@@ -376,7 +376,7 @@ def test_the_pass_case_through_the_api_is_a_captured_divergence(
 
 @pytest.mark.parametrize("args, code, message", [
     (["--verify-inputs", "in.npz"], "E0200",
-     "verification inputs apply to --verify and --bundle"),
+     "verification inputs apply to --verify, --bundle and --quantize"),
     (["--atol", "1e-3"], "E0200", "--rtol and --atol apply to --verify and --bundle"),
     (["--verify", "--rtol", "-1"], "E0200",
      "tolerances must be >= 0, got rtol -1.0, atol 1e-05"),

@@ -68,8 +68,12 @@ _compiled: dict[tuple[str, str], CompileResult] = {}
 
 def _compile(mode: str, target: str) -> CompileResult:
     if (mode, target) not in _compiled:
+        # int4 groups of random normal weights sit near 20 dB against float by nature:
+        # these tests judge the program against the quantized model, not the mode's
+        # accuracy (tests/quantize/test_accuracy.py does), so the bar is lower here.
         _compiled[mode, target] = compile_module(
-            _model(), _inputs(0), options=CompileOptions(target=target, quantize=mode))
+            _model(), _inputs(0),
+            options=CompileOptions(target=target, quantize=mode, min_sqnr_db=15.0))
     return _compiled[mode, target]
 
 

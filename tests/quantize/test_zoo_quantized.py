@@ -500,7 +500,9 @@ def test_cli_int8_with_calibration_inputs_prints_weights_and_accuracy(
     quantized = [line for line in lines if line.startswith("  quantized int8: ")]
     assert len(quantized) == 1, err
     assert quantized[0].startswith("  quantized int8: 2 conv/linear layers, calibrated on ")
-    assert quantized[0].endswith("a.npz"), quantized[0]
+    assert "calibrated on " in quantized[0] and "a.npz; accuracy measured on " in quantized[0]
+    assert quantized[0].endswith("a.npz (the inputs calibrated on: --verify-inputs measures "
+                                 "on others)"), quantized[0]
     weights = [line for line in lines if line.startswith("  weights ")]
     assert len(weights) == 1, err
     parsed = weights[0].split()

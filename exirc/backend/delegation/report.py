@@ -33,6 +33,9 @@ class PartitionEntry:
     weight_bytes: int
     backend_nodes: int | None = None       # what the backend made of it
     backend_ops: dict[str, int] = field(default_factory=dict)
+    # The weights by content -> bytes: methods (prefill, decode) delegating the
+    # same layers share them, stored once (for summaries; not in the JSON)
+    weight_digests: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,13 +62,14 @@ class DelegationReport:
 
     def add_partition(self, delegate: str, backend_id: str, nodes: list[Node],
                       payload_bytes: int, weight_bytes: int,
-                      summary: DelegateSummary | None) -> None:
+                      summary: DelegateSummary | None,
+                      weight_digests: dict[str, int] | None = None) -> None:
         ops = Counter(op_name(n) for n in nodes if op_name(n) != "getitem")
         sources = list(dict.fromkeys(s for s in map(source_location, nodes) if s))
         self.partitions.append(PartitionEntry(
             delegate, backend_id, dict(ops), sources, payload_bytes, weight_bytes,
             summary.node_count if summary else None,
-            dict(summary.op_kinds) if summary else {}))
+            dict(summary.op_kinds) if summary else {}, dict(weight_digests or {})))
 
     def add_rejection(self, rejection: Rejection) -> None:
         node = rejection.node
@@ -75,5 +79,25 @@ class DelegationReport:
     def to_json(self) -> dict[str, Any]:
         return {"partitioner": self.partitioner, "compute_nodes": self.compute_nodes,
                 "delegated_nodes": self.delegated_nodes,
-                "partitions": [asdict(p) for p in self.partitions],
+                "partitions": [_partition_json(p) for p in self.partitions],
                 "left_out": [asdict(x) for x in self.left_out]}
+
+
+def _partition_json(partition: PartitionEntry) -> dict[str, Any]:
+    entry = asdict(partition)
+    del entry["weight_digests"]
+    return entry
+
+
+def unique_weight_bytes(reports: Any) -> int:
+    """The delegated weights' bytes over methods (`reports`: DelegationReports),
+    each weight once however many methods' partitions read it."""
+    unique: dict[str, int] = {}
+    unkeyed = 0
+    for report in reports:
+        for partition in report.partitions:
+            if partition.weight_digests:
+                unique.update(partition.weight_digests)
+            else:
+                unkeyed += partition.weight_bytes
+    return sum(unique.values()) + unkeyed

@@ -33,7 +33,7 @@ import torch
 from torch.fx import Node
 
 from exirc.backend.quantized_ops import is_quantize
-from exirc.backend.xnnpack.args import as_float, as_ints
+from exirc.backend.xnnpack.args import as_float, as_int, as_ints
 from exirc.backend.xnnpack.patterns import Match
 
 aten = torch.ops.aten
@@ -139,12 +139,12 @@ def _weight(value: object, constant: Constant) -> tuple[tuple[Node, ...], torch.
         if not isinstance(group, int) or group <= 0 or columns % group or columns % 2 \
                 or scales.numel() != rows * (columns // group):
             return None
-        if int(data.min()) < low or int(data.max()) > high:
+        if int(data.min()) < as_int(low) or int(data.max()) > as_int(high):
             return None
         scales = scales.reshape(rows, columns // group)
     elif scales.numel() != rows:
         return None
-    return (dq, value), data, scales, bits, int(group)
+    return (dq, value), data, scales, bits, as_int(group)
 
 
 def match_dynamic_linear(root: Node, constant: Constant) -> Match | None:
@@ -173,10 +173,9 @@ def dynamic_linear(root: Node, constant: Constant
         return None
     x, activation_nodes = activation
     weight_nodes, integers, scales, bits, group = weight
-    if activation_nodes[-1].target == aten.view_copy.default:
-        if list(root.args[1 if bias_node is not None else 0].meta["val"].shape)[-1] != \
-                list(x.meta["val"].shape)[-1]:
-            return None  # a view that is not only flattening the leading dims
+    if activation_nodes[-1].target == aten.view_copy.default and isinstance(x_arg, Node) \
+            and list(x_arg.meta["val"].shape)[-1] != list(x.meta["val"].shape)[-1]:
+        return None  # a view that is not only flattening the leading dims
     if list(x.meta["val"].shape)[-1] != integers.shape[1]:
         return None
     bias = None
