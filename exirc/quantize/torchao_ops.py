@@ -82,7 +82,8 @@ class TorchaoOpsToQuantizedDecomposed:
 
     def rewrite(self, module: GraphModule) -> None:
         from exirc.ir.quantize_ops import define_quantize_ops
-        from exirc.quantize.weight_only import _attribute, _drop_unused_attributes
+        from exirc.quantize.graph_weights import attribute_at as _attribute
+        from exirc.quantize.graph_weights import drop_unused_attributes
 
         self.q = define_quantize_ops()
         self.module = module
@@ -119,7 +120,7 @@ class TorchaoOpsToQuantizedDecomposed:
             node.replace_all_uses_with(replacement)
             graph.erase_node(node)
         graph.eliminate_dead_code()
-        _drop_unused_attributes(module)
+        drop_unused_attributes(module)
         module.recompile()
 
     # -- the ops ------------------------------------------------------------------
@@ -157,7 +158,7 @@ class TorchaoOpsToQuantizedDecomposed:
             return graph.call_function(self.q.dequantize_per_token.default, (
                 source, a["scale"], a["zero_point"], a["quant_min"], a["quant_max"],
                 torch.int8, out_dtype))
-        from exirc.quantize.weight_only import _attribute
+        from exirc.quantize.graph_weights import attribute_at as _attribute
 
         values = _attribute(self.module, str(source.target))
         block = list(a["block_size"])
