@@ -56,7 +56,7 @@ def use_threads(threads: int) -> None:
             portable_lib._unsafe_reset_threadpool(threads)
 
 
-def _first_line(error: BaseException, limit: int = 160) -> str:
+def first_line(error: BaseException, limit: int = 160) -> str:
     text = str(error).strip().splitlines()
     line = text[0] if text else ""
     return f"{type(error).__name__}: {line}"[:limit]
@@ -87,7 +87,7 @@ class ExircRun:
         except Exception as error:  # a finding to report, not a reason to stop the bench
             kind = "" if isinstance(error, ExircError) else " (an internal error: a bug)"
             raise EngineUnavailable(
-                f"exirc --target {target}{kind}: {_first_line(error)}") from error
+                f"exirc --target {target}{kind}: {first_line(error)}") from error
         self.inputs = list(inputs)
 
     def runner(self, threads: int) -> Runner:
@@ -105,7 +105,7 @@ class ExircRunOfExecuTorchFile(ExircRun):
         try:
             self.program = load(pte)
         except Exception as error:  # a finding: exirc refuses ExecuTorch's file
-            raise EngineUnavailable(f"exirc load: {_first_line(error)}") from error
+            raise EngineUnavailable(f"exirc load: {first_line(error)}") from error
         self.inputs = list(inputs)
 
 
@@ -123,7 +123,7 @@ def _executorch_lowering(module: torch.nn.Module, inputs: Inputs, xnnpack: bool)
     try:
         return executorch_file(module, inputs, xnnpack=xnnpack)
     except Exception as error:  # ExecuTorch's lowering raises many kinds
-        raise EngineUnavailable(f"ExecuTorch lowering: {_first_line(error)}") from error
+        raise EngineUnavailable(f"ExecuTorch lowering: {first_line(error)}") from error
 
 
 class ExecuTorch:
@@ -161,7 +161,7 @@ class OnnxRuntime:
                 exported = torch.onnx.export(module, inputs, dynamo=True, verbose=False)
             self.model = exported.model_proto.SerializeToString()
         except Exception as error:  # the exporter raises many kinds
-            raise EngineUnavailable(f"ONNX export: {_first_line(error)}") from error
+            raise EngineUnavailable(f"ONNX export: {first_line(error)}") from error
         self.feeds_in_order = [t.numpy() for t in inputs]
 
     def runner(self, threads: int) -> Runner:
@@ -174,7 +174,7 @@ class OnnxRuntime:
             session = onnxruntime.InferenceSession(self.model, options,
                                                    providers=["CPUExecutionProvider"])
         except Exception as error:  # an exported graph ORT refuses
-            raise EngineUnavailable(f"onnxruntime session: {_first_line(error)}") from error
+            raise EngineUnavailable(f"onnxruntime session: {first_line(error)}") from error
         names = [i.name for i in session.get_inputs()]
         if len(names) != len(self.feeds_in_order):
             raise EngineUnavailable(f"the ONNX graph takes {len(names)} inputs, "

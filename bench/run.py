@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 SECTIONS = ["bench.start_up", "bench.serialization", "bench.inspector", "bench.overhead",
             "bench.runtime",
             "bench.compile", "bench.control_flow", "bench.delegation", "bench.quantization",
-            "bench.side_by_side"]
+            "bench.side_by_side", "bench.llm"]
 
 
 def format_table(rows: list[dict[str, Any]], *, width: int = 120, keys: int = 2) -> str:
