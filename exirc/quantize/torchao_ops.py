@@ -16,8 +16,10 @@ the `quantized_decomposed` op exirc's own `--quantize 8da4w / 8da8w` writes
 (`choose_qparams_per_token_asymmetric`, `quantize_per_token`,
 `dequantize_per_token`, `dequantize_per_channel_group`,
 `dequantize_per_channel`), so the rest of the pipeline lowers them to the
-same XNNPACK nodes, or runs them with the portable quantized kernels. It
-matches the ops by name; torchao itself need not be importable here.
+same XNNPACK nodes, or runs them with the portable quantized kernels. Block
+scales of 4-bit weights are rounded to bf16, as XNNPACK stores them (and as
+ExecuTorch's own files of such models hold them). It matches the ops by
+name; torchao itself need not be importable here.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ class TorchaoOpsToQuantizedDecomposed:
         self.where = where
 
     def __call__(self, program: ExportedProgram, example_inputs: tuple[Any, ...],
-                 dynamic_shapes: Any) -> ExportedProgram:
+                 dynamic_shapes: Any) -> tuple[ExportedProgram, GraphModule]:
+        """The rewritten program, and the rewritten module it was exported from (the
+        model as compiled: the reference `--verify` compares the program with)."""
         from exirc.capture.export_failures import quiet_torch
 
         module = program.module()
@@ -74,7 +78,7 @@ class TorchaoOpsToQuantizedDecomposed:
         try:
             with quiet_torch():
                 return torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
-                                           strict=False)
+                                           strict=False), module
         except Exception as error:
             raise ModelError(f"{self.where}: exporting the model without torchao's ops failed: "
                              f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
@@ -182,7 +186,9 @@ class TorchaoOpsToQuantizedDecomposed:
                                         persistent=True)
             return graph.call_function(self.q.dequantize_per_channel.default, (
                 source, scale, None, 0, quant_min, quant_max, torch.int8))
+        # XNNPACK keeps block scales in bf16 (ExecuTorch's files round torchao's float32
+        # ones): rounded here, as --quantize 8da4w does, so every target computes the same.
         self.module.register_buffer(str(scale.target), scales.reshape(rows, columns // group)
-                                    .float(), persistent=True)
+                                    .to(torch.bfloat16).float(), persistent=True)
         return graph.call_function(self.q.dequantize_per_channel_group.default, (
             source, scale, None, quant_min, quant_max, torch.int8, group, out_dtype))

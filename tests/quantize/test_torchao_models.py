@@ -132,3 +132,13 @@ def test_torchao_model_runs_on_executorch_like_exirc(name: str, target: str) -> 
                 assert torch.equal(a, b), (name, float((a - b).abs().max()))
             else:
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["portable", "xnnpack"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_torchao_model_verifies(name: str, target: str) -> None:
+    """--verify compares with the model as compiled (4-bit block scales in bf16, as
+    XNNPACK keeps them): within float rounding on both targets."""
+    result = compile_module(_quantized(name), _inputs(0),
+                            options=CompileOptions(target=target, verify=True))
+    assert result.data == _compile(name, target)
