@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 # Sections run in this order; a missing module (not written yet) is skipped.
 SECTIONS = ["bench.start_up", "bench.serialization", "bench.inspector", "bench.overhead",
             "bench.runtime",
-            "bench.compile", "bench.control_flow", "bench.delegation", "bench.quantization",
-            "bench.side_by_side", "bench.llm"]
+            "bench.compile", "bench.file_size", "bench.control_flow", "bench.delegation",
+            "bench.quantization", "bench.side_by_side", "bench.llm"]
 
 
 def format_table(rows: list[dict[str, Any]], *, width: int = 120, keys: int = 2) -> str:

@@ -57,6 +57,14 @@ class PluginError(UsageError):
     default_hint = "the error is in your plugin; rerun with --debug for its traceback"
 
 
+class TargetQuantizationError(UsageError):
+    """The target cannot run a layer of the chosen quantization mode as it is stored."""
+
+    code = "E0204"
+    default_hint = ("use --quantize 8da4w or 8da8w (activations quantized inside XNNPACK), "
+                    "or --target portable")
+
+
 class FormatError(ExircError):
     """A program file is malformed: `field` is the path of the bad field."""
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+import torch
+
 from exirc.backend.delegation.cut import extract, replace
+from exirc.backend.delegation.interface import PreprocessResult
 from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.backend.delegation.registry import delegation_backend, resolve_partitioner
 from exirc.backend.delegation.report import DelegationReport
@@ -55,10 +59,19 @@ class Delegate(Pass):
                                     f"{type(result.processed).__name__} payload, not bytes")
             lowered = LoweredDelegate(f"{partition.backend_id}_{index}", partition.backend_id,
                                       piece, result)
-            weight_bytes = sum(t.nbytes for t in piece.constants.values())
+            weight_bytes = _stored_weight_bytes(piece.constants.values(), result)
             digests = {content_digest(t): t.nbytes for t in piece.constants.values()}
             report.add_partition(lowered.name, partition.backend_id, nodes,
                                  len(result.processed), weight_bytes, result.summary, digests)
             replace(program, nodes, lowered)
         set_delegation_report(graph_module, report)
         return PassResult(program, bool(plan.partitions))
+
+
+def _stored_weight_bytes(constants: Iterable[torch.Tensor], result: PreprocessResult) -> int:
+    """The weight bytes a partition's payload stores: its backend's figure, else
+    its distinct constants (a weight folded once per time step of an unrolled
+    recurrence is one weight, stored once)."""
+    if result.summary is not None:
+        return result.summary.weight_bytes
+    return sum({content_digest(t): t.nbytes for t in constants}.values())

@@ -15,7 +15,10 @@ the patterns its runtime has kernels for:
 - `dequantized_weight`: any other read of a group-wise quantized weight (a
   linear's) dequantizes the whole table through the same kernel, looking up
   every row: ExecuTorch has no group-wise dequantize kernel, and this one is
-  exact.
+  exact. A target whose backend runs such linears with their integer weights
+  (XNNPACK) sets `refuse_dequantized_weights`: one left to this pattern would
+  be dequantized on every call, slower than float, so it is refused with the
+  reason instead (`TargetQuantizationError`).
 - `add`: DQ(a) + DQ(b) -> Q becomes `quantized_decomposed::add` on the
   quantized tensors, for same-shape per-tensor uint8 operands (ExecuTorch's
   kernel takes uint8 only; int8 adds stay DQ -> add -> Q).
@@ -32,7 +35,7 @@ from torch.fx import Node
 
 from exirc.backend.quantized_ops import EMBEDDING_OPS, is_quantize, pack_nibbles, quantized_add
 from exirc.edge.constants import add_constant, constant_tensor
-from exirc.errors import UsageError
+from exirc.errors import TargetQuantizationError, UsageError
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -228,6 +231,7 @@ class QuantFusion(Pass):
 
     name: ClassVar[str] = "quant_fusion"
     patterns: tuple[str, ...] = tuple(PATTERNS)
+    refuse_dequantized_weights: bool = False
 
     def run(self, program: ExportedProgram) -> PassResult:
         unknown = set(self.patterns) - set(PATTERNS)
@@ -237,6 +241,8 @@ class QuantFusion(Pass):
         if not _has_quantized_ops(program):
             return PassResult(program, False)
         graph = program.graph_module.graph
+        if self.refuse_dequantized_weights:
+            _refuse_dequantized_weights(program)
         changed = False
         for name in self.patterns:
             rewrite = PATTERNS[name].rewrite
@@ -252,6 +258,35 @@ class QuantFusion(Pass):
         if changed:
             program.graph_module.recompile()
         return PassResult(program, changed)
+
+
+def _refuse_dequantized_weights(program: ExportedProgram) -> None:
+    """Raise if a group-wise quantized weight is read other than by embeddings."""
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or \
+                not is_quantize(node.target, "dequantize_per_channel_group"):
+            continue
+        readers = [u for u in node.users if u.target != _aten.embedding.default]
+        if not readers:
+            continue
+        found = _dequantized_table(program, node)
+        rows, columns = (int(d) for d in node.args[0].meta["val"].shape) \
+            if isinstance(node.args[0], Node) and "val" in node.args[0].meta else (0, 0)
+        bits = found[-1] if found is not None else 8
+        group = node.args[6] if len(node.args) > 6 else columns
+        if isinstance(group, int) and group < columns:
+            why = (f"its int{bits} weights are in groups of {group}, and ExecuTorch's XNNPACK "
+                   "runs a float-input linear layer only with weights per output channel")
+        elif any(u.target == _aten.embedding.default for u in node.users):
+            why = "its weights are shared with an embedding, and XNNPACK reads them only alone"
+        else:
+            why = "XNNPACK did not take it (--explain-delegation says why)"
+        raise TargetQuantizationError(
+            f"the weight-only quantized linear layer reading {node.args[0]} [{rows}, {columns}] "
+            f"cannot run in XNNPACK with its integer weights: {why}; it would be dequantized "
+            "on portable kernels on every call",
+            hint="use --quantize 8da4w or 8da8w (activations quantized inside XNNPACK), a "
+                 "--group-size of at least the layer's input features, or --target portable")
 
 
 def _has_quantized_ops(program: ExportedProgram) -> bool:

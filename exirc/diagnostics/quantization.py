@@ -285,7 +285,8 @@ def _constant_weights(program: ExportedProgram) -> dict[str, int]:
 def stored_weight_bytes(result: CompileResult) -> int:
     """Bytes of weights in the program: its constant segment (or inline constant
     buffers) and the named data delegates read their weights from (not exirc's
-    own metadata, which is named data too)."""
+    own metadata, which is named data too, nor named data stored inside the
+    constant segment, counted there)."""
     program = result.program
     total = result.report.constant_bytes
     if program.constant_segment is None or not program.segments:
@@ -294,7 +295,8 @@ def stored_weight_bytes(result: CompileResult) -> int:
     for entry in program.named_data:
         index = entry.segment_index
         if entry.key.startswith("exirc.") or index in counted or \
-                not 0 <= index < len(program.segments):
+                not 0 <= index < len(program.segments) or \
+                program.segments[index].inside is not None:
             continue
         counted.add(index)
         total += len(program.segments[index].data)

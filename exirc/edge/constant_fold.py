@@ -62,7 +62,9 @@ class ConstantFold(Pass):
     A node folds when it is a deterministic ATen op whose tensor inputs are
     all constants (or folded nodes). Only the frontier (folded nodes that a
     non-folded node reads) becomes new constants, and only when each is at
-    most `max_bytes`, so folding never blows up the file (think `expand`).
+    most `max_bytes` and no bigger than the constants it is computed from,
+    so folding never blows up the file: a broadcast of a weight (`expand`,
+    `repeat`, and what is computed from one) runs at run time instead.
     """
 
     name: ClassVar[str] = "constant_fold"
@@ -79,8 +81,9 @@ class ConstantFold(Pass):
                     values[node] = tensor
         self._evaluate_graph(root, values, bound)
 
-        self._keep_big_values_from_nothing_at_run_time(values, bound)
-        self._keep_growing_ops_at_run_time(values)
+        from_constants = _from_constants(values, bound)
+        self._keep_big_values_from_nothing_at_run_time(values, from_constants)
+        self._keep_growing_ops_at_run_time(values, bound, from_constants)
         threader = ConstantThreader(root, functools.partial(add_constant, program))
         changed: dict[int, GraphModule] = {}
         for node, value in values.items():
@@ -122,36 +125,49 @@ class ConstantFold(Pass):
 
     @staticmethod
     def _keep_big_values_from_nothing_at_run_time(values: dict[Node, torch.Tensor],
-                                                  bound: dict[Node, Node]) -> None:
+                                                  from_constants: set[Node]) -> None:
         """Unfold values over `_FROM_NOTHING_BYTES` that no constant of the program
-        contributes to (an `arange` of a million and what is computed from it).
-
-        `values` is in evaluation order, so each node's inputs are seen first."""
-        from_constants: set[Node] = set()
-        for node in values:
-            if node.op == "placeholder":
-                if node not in bound or bound[node] in from_constants:
-                    from_constants.add(node)
-            elif any(a in from_constants for a in node.all_input_nodes):
-                from_constants.add(node)
+        contributes to (an `arange` of a million and what is computed from it)."""
         for node in reversed(list(values)):
             if node not in from_constants and values[node].nbytes > _FROM_NOTHING_BYTES:
                 del values[node]
 
     @staticmethod
-    def _keep_growing_ops_at_run_time(values: dict[Node, torch.Tensor]) -> None:
-        """Unfold nodes whose result is bigger than their inputs (`expand`,
-        `repeat`): storing it would grow the file to save a cheap copy.
+    def _keep_growing_ops_at_run_time(values: dict[Node, torch.Tensor], bound: dict[Node, Node],
+                                      from_constants: set[Node]) -> None:
+        """Unfold values bigger than the constants they are computed from
+        (`expand`, `repeat`, and what is computed from a broadcast): storing
+        them would grow the file to save a cheap copy.
 
-        Users come before producers in reverse order, so an unfolded node's
-        folded inputs become the frontier instead.
+        A value's *basis* is what storing it costs at the least: its own
+        bytes, or, when it grew, the bases of its inputs. Growth is judged
+        against the basis, so it is caught wherever it happens in a chain:
+        `expand(w) * 2` is as big as the expand it multiplies, but 16 times
+        the weight `w` it comes from, and both run at run time on `w`.
+        Values made from nothing keep the rule of their direct inputs (their
+        own size cap is `_FROM_NOTHING_BYTES`).
         """
-        for node in reversed(list(values)):
+        basis: dict[Node, int] = {}
+        grown: list[Node] = []
+        for node, value in values.items():  # in evaluation order: inputs first
             if node.op == "placeholder":
+                operand = bound.get(node)
+                basis[node] = basis.get(operand, value.nbytes) if operand is not None \
+                    else value.nbytes
                 continue
-            inputs = sum(values[a].nbytes for a in node.all_input_nodes if a in values)
-            if values[node].nbytes > max(inputs, _SMALL_BYTES):
-                del values[node]
+            inputs = [a for a in node.all_input_nodes if a in values]
+            if node in from_constants:
+                source = sum(basis[a] for a in inputs)
+            else:
+                source = sum(values[a].nbytes for a in inputs)
+            if value.nbytes > max(source, _SMALL_BYTES):
+                grown.append(node)
+                basis[node] = source
+            else:
+                basis[node] = value.nbytes
+        # A grown value's folded inputs become the frontier instead.
+        for node in grown:
+            del values[node]
 
     @staticmethod
     def _evaluate(node: Node, values: dict[Node, torch.Tensor],
@@ -166,6 +182,20 @@ class ConstantFold(Pass):
         with torch.no_grad():
             result = node.target(*args, **kwargs)  # type: ignore[operator]
         return result if isinstance(result, torch.Tensor) else None
+
+
+def _from_constants(values: dict[Node, torch.Tensor], bound: dict[Node, Node]) -> set[Node]:
+    """The folded values a constant of the program contributes to (the rest are
+    made from nothing: `arange`, `full`). `values` is in evaluation order, so
+    each node's inputs are seen first."""
+    found: set[Node] = set()
+    for node in values:
+        if node.op == "placeholder":
+            if node not in bound or bound[node] in found:
+                found.add(node)
+        elif any(a in found for a in node.all_input_nodes):
+            found.add(node)
+    return found
 
 
 def _declared_bytes(node: Node) -> int:

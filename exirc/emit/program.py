@@ -78,7 +78,7 @@ def emit_methods(methods: dict[str, ExportedProgram],
         program.execution_plan.append(constant_plan(name, value))
     constants.attach(program)
     for plan, lowered in delegated:
-        delegates.attach(program, plan, lowered)
+        delegates.attach(program, plan, lowered, constants)
     if shapes:
         program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes))
     if names:

@@ -22,6 +22,7 @@ from exirc.inspector.delegates import (
     program_payloads,
     weight_segments,
 )
+from exirc.inspector.kernels import kernel_needs
 from exirc.inspector.lazy_json import SLOT, Lazy, Template
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
 from exirc.inspector.quantization import quantization_facts
@@ -83,6 +84,8 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
             for i, plan in enumerate(program.execution_plan))),
         "bundled_cases": bundled_cases(program),
         "quantization": quantization_facts(program, payloads),
+        # The kernel libraries the runtime must link, and the backends it must have.
+        "kernels": kernel_needs(program),
     }
 
 

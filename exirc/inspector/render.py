@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from exirc.inspector.delegates import counts_text, plan_payloads
+from exirc.inspector.kernels import kernels_line
 from exirc.inspector.listing import listing_lines
 from exirc.inspector.quantization import call_notes, scheme_counts
 from exirc.serialize.module_paths import stored_module_paths
@@ -101,6 +102,8 @@ def summary_lines(info: dict[str, Any], bold: Style) -> Iterator[str]:
         yield from _render_method(method, bold)
     c = info["constants"]
     yield ""
+    if "kernels" in info:
+        yield bold("kernels: ") + clean(kernels_line(info["kernels"]))
     yield bold("constants: ") + f"{plural(c['count'], 'tensor')}, {human_bytes(c['bytes'])}"
     size = info["size"]
     total = max(size["total"], 1)

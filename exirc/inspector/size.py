@@ -21,14 +21,16 @@ the names exirc's compiler stores beside the program (`exirc.serialize.constant_
 parameter names, and what folded constants were computed from), then
 `extra_tensor_info.fully_qualified_name`, which ExecuTorch writes for some
 tensors; without a name a constant is shown by its value index and the
-first operator using it. Identical
-constant bytes stored at more than one `data_buffer_idx` are reported as
-duplicates, with the bytes deduplication would save.
+first operator using it. Identical bytes stored at more than one place
+(constants, mutable data, named data, delegate weights) are reported as
+duplicates, with the bytes storing each once would save; a constant whose
+bytes named data reads in place (a tied weight a delegate reads too) says
+who shares it.
 
 This module sweeps the file; the pieces it uses are `size_rows` (the report),
 `size_ledger` (charging bytes to rows), `size_flatbuffer` (the FlatBuffer's
-spans), `size_stored_buffers` and `size_constant_names` (constants, their
-names and duplicates); `size_text` renders the report.
+spans), `size_stored_buffers` and `size_constant_names` (constants and their
+names), `size_duplicates` (bytes stored twice); `size_text` renders the report.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ import numpy
 from exirc.inspector.describe import segment_roles
 from exirc.inspector.size_constant_names import DEFAULT_NAME_SOURCES, NameSource, stored_names
 from exirc.inspector.size_delegates import DelegateSizes
+from exirc.inspector.size_duplicates import Duplicates, find_duplicates
 from exirc.inspector.size_flatbuffer import flatbuffer_fill
 from exirc.inspector.size_ledger import Claim, Fill, Ledger
-from exirc.inspector.size_rows import SizeReport, SizeRow
+from exirc.inspector.size_rows import SizeReport
 from exirc.inspector.size_stored_buffers import StoredBuffers
 from exirc.serialize import ProgramFile, read_program_file
 from exirc.serialize import program as P
@@ -106,18 +109,30 @@ def size_report(data: bytes | memoryview, program_file: ProgramFile | None = Non
     if cursor < pf.file_size:
         gaps.charge(cursor, pf.file_size)
 
-    duplicates = stored.duplicates()
-    constant_rows: dict[int, list[SizeRow]] = {}
+    duplicates = find_duplicates(pf, view, stored, delegates)
+    _note_duplicates(ledger, duplicates)
+    rows = [row for row in ledger.rows.values() if row.nbytes]
+    return SizeReport(pf.file_size, rows, duplicates.groups)
+
+
+def _note_duplicates(ledger: Ledger, duplicates: Duplicates) -> None:
+    """Mark the rows of copies: `duplicate_of` (the first constant with the same
+    bytes, for a constant) or `same_bytes_as` (the first copy's label); and
+    the constants other tensors read in place, `shared_with`."""
     for row in ledger.rows.values():
         if row.kind == "constant" and "buffer" in row.detail:
-            constant_rows.setdefault(row.detail["buffer"], []).append(row)
-    for duplicate in duplicates:
-        first, *others = duplicate.buffers
-        for buffer in others:
-            for row in constant_rows.get(buffer, []):
-                row.detail["duplicate_of"] = first
-    rows = [row for row in ledger.rows.values() if row.nbytes]
-    return SizeReport(pf.file_size, rows, duplicates)
+            buffer = row.detail["buffer"]
+            first = duplicates.copy_of.get(("buffer", buffer))
+            if first is not None and first.buffer is not None:
+                row.detail["duplicate_of"] = first.buffer
+            elif first is not None:
+                row.detail["same_bytes_as"] = first.label
+            if buffer in duplicates.shared:
+                row.detail["shared_with"] = duplicates.shared[buffer]
+        elif "segment" in row.detail and row.kind in ("delegate_weight", "named_data"):
+            first = duplicates.copy_of.get(("segment", row.detail["segment"]))
+            if first is not None:
+                row.detail["same_bytes_as"] = first.label
 
 
 class _Gaps:
@@ -190,11 +205,8 @@ class _Segments:
             for table, offsets in self.tables.get(index, []):
                 for i in range(len(offsets)):
                     if self.ledger.full:
-                        break  # the rest are summed: no need to name (or hash) them
-                    lo, hi = P.constant_span(offsets, i, size)
-                    used = self.stored.tensor_bytes(table, i, hi - lo)
-                    self.stored.declare(self.ledger, ("stored", table, i), group, table, i,
-                                        self.view[start + lo:start + lo + used])
+                        break  # the rest are summed: no need to name them
+                    self.stored.declare(self.ledger, ("stored", table, i), group, table, i)
             self.ledger.declare(("segment padding", index), group, "alignment padding",
                                 "padding", segment=index)
             return

@@ -34,12 +34,10 @@ def flatbuffer_fill(ledger: Ledger, program_bytes: memoryview, program: P.Progra
     order; bytes charged when the region is filled. Inline XNNPACK payloads
     are charged part by part (`delegates`)."""
     _declare_program_rows(ledger, program)
-    for i, buffer in enumerate(program.constant_buffer):
+    for i in range(len(program.constant_buffer)):
         if ledger.full:
-            break  # the rest are summed: no need to name (or hash) them
-        used = stored.tensor_bytes(None, i, len(buffer.storage))
-        stored.declare(ledger, ("stored", "inline", i), PROGRAM_GROUP, None, i,
-                       buffer.storage[:used])
+            break  # the rest are summed: no need to name them
+        stored.declare(ledger, ("stored", "inline", i), PROGRAM_GROUP, None, i)
 
     def constant(i: int) -> tuple[RowKey, int]:
         """The row of inline constant buffer `i`, and the bytes its tensor uses."""

@@ -1,17 +1,16 @@
 """Stored buffers (constants, mutable data) in the size report: which tensor
-uses each, what it is called, and which hold the same bytes.
+uses each, and what it is called (which hold the same bytes:
+`size_duplicates`).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Sequence
 
 from exirc.inspector.listing import value_type
 from exirc.inspector.render import plural
 from exirc.inspector.size_constant_names import ConstantUse, NameSource, constant_name
 from exirc.inspector.size_ledger import Ledger, RowKey
-from exirc.inspector.size_rows import DuplicateConstants
 from exirc.serialize import program as P
 
 
@@ -20,8 +19,6 @@ class StoredBuffers:
         self.uses = stored_buffer_uses(program)
         self.name_sources = name_sources
         self.methods = len(program.execution_plan)
-        # (digest, length) -> constant buffer indices with those bytes
-        self.contents: dict[tuple[bytes, int], set[int]] = {}
 
     def use(self, table: int | None, index: int) -> ConstantUse | None:
         return self.uses.get(table, {}).get(index)
@@ -32,13 +29,9 @@ class StoredBuffers:
         return available if use is None else min(use.tensor.nbytes, available)
 
     def declare(self, ledger: Ledger, key: RowKey, group: str, table: int | None,
-                index: int, data: bytes | memoryview) -> RowKey:
-        """The row of stored buffer `index` of `table` (None: the constants),
-        whose tensor's bytes are `data`."""
+                index: int) -> RowKey:
+        """The row of stored buffer `index` of `table` (None: the constants)."""
         kind = "constant" if table is None else "mutable_data"
-        if table is None and len(data):
-            digest = hashlib.sha256(data).digest()
-            self.contents.setdefault((digest, len(data)), set()).add(index)
         use = self.use(table, index)
         label = f"constant {index}" if table is None else f"mutable data {table}/{index}"
         if use is None:
@@ -57,11 +50,6 @@ class StoredBuffers:
         return ledger.declare(key, group, item, kind, buffer=index, table=table,
                               method=use.method, value=use.value, type=tensor_type, name=name,
                               used_by=use.user, tensors=use.tensors)
-
-    def duplicates(self) -> list[DuplicateConstants]:
-        found = [DuplicateConstants(sorted(indices), size)
-                 for (_, size), indices in self.contents.items() if len(indices) > 1]
-        return sorted(found, key=lambda d: (-d.saving, d.buffers))
 
 
 def stored_buffer_uses(program: P.Program) -> dict[int | None, dict[int, ConstantUse]]:

@@ -1,5 +1,5 @@
 """The size report as text: a table of rows per region of the file, and the
-duplicated constants.
+bytes stored twice.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from exirc.inspector.size_rows import SizeReport, SizeRow
 
 # Constant rows listed per group in the text view; the rest are summed.
 MAX_CONSTANT_ROWS = 8
+# The copies named per group of duplicates in the text view.
+MAX_COPIES_SHOWN = 4
 # The rows of stored tensors: a model has many, so they are cut as above.
 STORED_KINDS = ("constant", "mutable_data", "delegate_weight")
 
@@ -67,18 +69,26 @@ def _shown_rows(rows: list[SizeRow]) -> list[tuple[str, int, str]]:
 def _note(row: SizeRow) -> str:
     if "duplicate_of" in row.detail:
         return f"duplicate of {row.detail['duplicate_of']}"
-    if row.detail.get("shared_with"):  # a delegate weight other delegates read too
+    if "same_bytes_as" in row.detail:
+        return f"same bytes as {row.detail['same_bytes_as']}"
+    if row.detail.get("shared_with"):  # a weight other delegates (or named data) read too
         return f"shared with {', '.join(row.detail['shared_with'])}"
     return ""
 
 
 def _render_duplicates(report: SizeReport) -> str:
+    """`duplicate bytes: 24 B in 1 tensor: constant 1, constant 2 (24 B each); ...`"""
     if not report.duplicates:
-        return "duplicated constants: none"
-    parts = [f"buffers {', '.join(map(str, d.buffers))} ({human_bytes(d.nbytes)} each)"
-             for d in report.duplicates[:MAX_CONSTANT_ROWS]]
+        return "duplicate bytes: none"
+    parts = []
+    for d in report.duplicates[:MAX_CONSTANT_ROWS]:
+        shown = d.tensors[:MAX_COPIES_SHOWN]
+        if d.copies > len(shown):
+            shown = [*shown, f"{d.copies - len(shown)} more"]
+        parts.append(f"{', '.join(shown)} ({human_bytes(d.nbytes)} each)")
     more = len(report.duplicates) - MAX_CONSTANT_ROWS
     if more > 0:
         parts.append(f"{more} more")
-    return (f"duplicated constants: {'; '.join(parts)}; storing each once would save "
-            f"{compact_bytes(report.duplicate_bytes)}")
+    return (f"duplicate bytes: {compact_bytes(report.duplicate_bytes)} in "
+            f"{plural(report.duplicate_tensors, 'tensor')}: {'; '.join(parts)}; "
+            f"storing each once would save {compact_bytes(report.duplicate_bytes)}")

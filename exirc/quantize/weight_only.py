@@ -80,7 +80,7 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
 
     dequantize = torch.ops.quantized_decomposed.dequantize_per_channel_group.default
     quant_min, quant_max = RANGES[bits]
-    done: dict[tuple[str, bool], tuple[Node, QuantizedWeight]] = {}
+    done: dict[tuple[str, bool], tuple[tuple[Node, Node, int], QuantizedWeight]] = {}
     graph = model.graph
     for node in list(graph.nodes):
         found = weight_use(model, node)
@@ -102,16 +102,18 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
             with graph.inserting_before(first_node(graph)):
                 stored = graph.get_attr(f"{stem}{suffix}_int{bits}")
                 scale_node = graph.get_attr(f"{stem}{suffix}_scales")
-            with graph.inserting_before(node):
-                read: Node = graph.call_function(dequantize, (
-                    stored, scale_node, None, quant_min, quant_max, torch.int8, size,
-                    torch.float32))
-                if transposed:
-                    read = graph.call_function(_aten.t.default, (read,))
             entry = QuantizedWeight(str(weight_node.target), tuple(weight.shape), size,
                                     digest=content_digest(values, scales))
-            done[key] = (read, entry)
-        read, entry = done[key]
+            done[key] = ((stored, scale_node, size), entry)
+        (stored, scale_node, size), entry = done[key]
+        # One dequantize per reader (the table stored once): a backend can then take
+        # a linear's with it while a tied embedding reads its own.
+        with graph.inserting_before(node):
+            read: Node = graph.call_function(dequantize, (
+                stored, scale_node, None, quant_min, quant_max, torch.int8, size,
+                torch.float32))
+            if transposed:
+                read = graph.call_function(_aten.t.default, (read,))
         entry.users.append(node.name)
         node.update_arg(index, read)
     graph.eliminate_dead_code()

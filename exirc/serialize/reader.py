@@ -91,6 +91,8 @@ def _read(data: memoryview) -> ProgramFile:
     program = decode_program(buf)
     spans = _segment_spans(buf, header, size)
     program.segments = [P.DataSegment(data[start:start + length]) for start, length in spans]
+    for index, place in segments_inside(spans).items():
+        program.segments[index].inside = place
     validate_program(program)
     return ProgramFile(program, size, header, spans)
 
@@ -114,3 +116,22 @@ def _segment_spans(buf: CheckedBuffer, header: ExtendedHeader | None,
                               f"{limit} bytes of segment data", field=f"segments[{i}]")
         spans.append((base + offset, length))
     return spans
+
+
+def segments_inside(spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Segment index -> (holder, offset) of each segment whose bytes lie inside
+    another's (`DataSegment.inside`), as the writer stores them: the holder is
+    the earliest-starting, widest segment holding them (the first of equals)."""
+    order = sorted((i for i, (_, length) in enumerate(spans) if length),
+                   key=lambda i: (spans[i][0], -spans[i][1], i))
+    found: dict[int, tuple[int, int]] = {}
+    holder: int | None = None
+    for index in order:
+        start, length = spans[index]
+        if holder is not None:
+            holder_start, holder_length = spans[holder]
+            if start + length <= holder_start + holder_length:
+                found[index] = (holder, start - holder_start)
+                continue
+        holder = index
+    return found

@@ -28,24 +28,59 @@ _MAX_FLATBUFFER_ALIGNMENT = FORCE_ALIGN
 
 def serialize(program: P.Program, *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
     """Return the `.pte` bytes of `program`."""
-    segment_offsets = _segment_offsets(program.segments, segment_alignment)
+    inside = _segments_inside(program.segments)
+    segment_offsets = _segment_offsets(program.segments, inside, segment_alignment)
     flatbuffer = FlatBufferWriter(segment_offsets).program(program)
-    return _insert_header(flatbuffer, program.segments, segment_offsets, segment_alignment)
+    return _insert_header(flatbuffer, program.segments, segment_offsets, inside,
+                          segment_alignment)
 
 
-def _segment_offsets(segments: Sequence[P.DataSegment], alignment: int) -> list[int]:
-    """Offsets of each segment from the segment base, each aligned."""
+def _segments_inside(segments: Sequence[P.DataSegment]) -> dict[int, tuple[int, int]]:
+    """Segment index -> (holder, offset) of each segment stored inside another."""
+    found = {}
+    for index, segment in enumerate(segments):
+        place = _stored_inside(segment, index, segments)
+        if place is not None:
+            found[index] = place
+    return found
+
+
+def _segment_offsets(segments: Sequence[P.DataSegment], inside: dict[int, tuple[int, int]],
+                     alignment: int) -> list[int]:
+    """Offsets of each segment from the segment base: one after the other,
+    each aligned, but a segment stored inside another at its place there."""
     offsets = []
     end = 0
-    for segment in segments:
+    for i, segment in enumerate(segments):
+        if i in inside:
+            offsets.append(-1)  # set below, once its holder has an offset
+            continue
         start = align_up(end, alignment)
         offsets.append(start)
         end = start + len(segment.data)
+    for i, (holder, offset) in inside.items():
+        offsets[i] = offsets[holder] + offset
     return offsets
 
 
+def _stored_inside(segment: P.DataSegment, index: int,
+                   segments: Sequence[P.DataSegment]) -> tuple[int, int] | None:
+    """Where `segment`'s bytes are stored inside another segment, if they are
+    exactly there; otherwise (a program edited since) they are stored on their own."""
+    if segment.inside is None or not segment.data:
+        return None
+    holder, offset = segment.inside
+    if not 0 <= holder < len(segments) or holder == index or segments[holder].inside is not None:
+        return None
+    data = memoryview(segments[holder].data)[offset:offset + len(segment.data)]
+    if offset < 0 or data != memoryview(segment.data):
+        return None
+    return holder, offset
+
+
 def _insert_header(flatbuffer: bytes, segments: Sequence[P.DataSegment],
-                   segment_offsets: list[int], segment_alignment: int) -> bytes:
+                   segment_offsets: list[int], inside: dict[int, tuple[int, int]],
+                   segment_alignment: int) -> bytes:
     # Offsets inside a FlatBuffer are relative to where they are stored, so
     # inserting bytes after the root offset only moves the root offset.
     if HEADER_LENGTH % _MAX_FLATBUFFER_ALIGNMENT:
@@ -58,7 +93,8 @@ def _insert_header(flatbuffer: bytes, segments: Sequence[P.DataSegment],
     segment_data_size = 0
     if segments:
         segment_base = align_up(program_size, segment_alignment)
-        segment_data_size = segment_offsets[-1] + len(segments[-1].data)
+        segment_data_size = max(offset + len(segment.data)
+                                for segment, offset in zip(segments, segment_offsets))
     header = ExtendedHeader(program_size, segment_base, segment_data_size)
 
     out = bytearray()
@@ -66,7 +102,9 @@ def _insert_header(flatbuffer: bytes, segments: Sequence[P.DataSegment],
     out += flatbuffer[4:HEADER_OFFSET]
     out += header.to_bytes()
     out += flatbuffer[HEADER_OFFSET:]
-    for segment, offset in zip(segments, segment_offsets):
+    for index, (segment, offset) in enumerate(zip(segments, segment_offsets)):
+        if index in inside:
+            continue  # its bytes are its holder's
         out += b"\0" * (segment_base + offset - len(out))
         out += segment.data
     return bytes(out)

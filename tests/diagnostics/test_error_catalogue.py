@@ -266,6 +266,12 @@ CASES = [
                    "position) fixes activation ranges that are wrong at every other position, "
                    "and an accuracy measured on the same inputs would not show it"),
          exactly(CalibrationError.default_hint)),
+    Case("E0204", 2, compile_model(MLP, "--target", "xnnpack", "--quantize", "int4-weight-only",
+                                   "--group-size", "8"),
+         re.escape("the weight-only quantized linear layer reading b_fc2_weight_int4 [4, 16] "
+                   "cannot run in XNNPACK with its integer weights: its int4 weights are in "
+                   "groups of 8") + ".+",
+         re.escape("use --quantize 8da4w or 8da8w") + ".+"),
     Case("E0300", 3, inspect_bytes(b"\x00" * 64),
          re.escape("header: file identifier is b'\\x00\\x00\\x00\\x00', expected b'ET12': ")
          + ".+", exactly(FormatError.default_hint)),

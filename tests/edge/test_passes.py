@@ -597,6 +597,38 @@ def test_constant_fold_does_not_store_what_grows() -> None:
     assert_same_outputs(program, model, (x,))
 
 
+class ScaledBroadcastWeight(torch.nn.Module):
+    """A weight broadcast over 16 steps, then scaled and summed over them, as an
+    unrolled recurrence's input projection reads it (`expand(w) * 2` is as big
+    as the expand it multiplies: growth must be judged against the weight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(48, 128))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        spread = self.w.expand(16, 48, 128).contiguous() * 2.0
+        return torch.bmm(x, spread), x.sum(1) @ spread.sum(0)
+
+
+def test_constant_fold_does_not_store_what_a_broadcast_grew() -> None:
+    model, x = ScaledBroadcastWeight(), torch.randn(16, 2, 48)
+    program, _ = run(export(model, x), *EDGE_PASSES[:4])
+
+    program, changed = run(program, ConstantFold(), DeadCodeElimination())
+
+    # The broadcast and its scaling run at run time on the 24 KiB weight; the
+    # sum over the broadcast is no bigger than the weight, so it is stored.
+    assert changed[0] is True
+    assert aten.expand_copy.default in targets(program)
+    assert targets(program).count(aten.sum.dim_IntList) == 1  # x's, not the weight's
+    stored = [constant_tensor(program, n) for n in program.graph_module.graph.nodes
+              if n.op == "placeholder"]
+    assert max(t.nbytes for t in stored if t is not None) == model.w.nbytes
+    assert_same_outputs(program, model, (x,))
+    verify_edge(program)
+
+
 class CausalMask(torch.nn.Module):
     """A causal mask built from `arange` (as transformers builds it): nothing in it
     depends on the input, so all of it is computed once, at compile time."""

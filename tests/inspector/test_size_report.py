@@ -114,6 +114,32 @@ def test_duplicated_constants_are_flagged() -> None:
     assert "duplicate_of" not in first.detail
 
 
+def test_named_data_with_a_constants_bytes_is_a_duplicate() -> None:
+    program = twin_weights_program()
+    program.add_named_segment("weight", BIAS * 3)  # 24 B, unlike W1
+    program.add_named_segment("copy", WEIGHT)
+    data, report = report_of(program)
+    assert sum(row.nbytes for row in report.rows) == len(data)
+    (duplicate,) = report.duplicates
+    assert duplicate.tensors == ["constant 1", "constant 2", "named data 'copy'"]
+    assert duplicate.buffers == [1, 2] and duplicate.saving == 48
+    assert report.duplicate_bytes == 48 and report.duplicate_tensors == 2
+    named = next(r for r in report.rows if r.item == "named data 'copy'")
+    assert named.detail["same_bytes_as"] == "constant 1"
+
+
+def test_named_data_inside_the_constant_segment_is_shared_not_duplicated() -> None:
+    program = twin_weights_program()
+    program.add_named_segment("tied", WEIGHT, inside=(0, 32))  # W2's bytes, in place
+    data, report = report_of(program)
+    assert data.count(WEIGHT) == 2  # W1 and W2; the named data adds none
+    assert sum(row.nbytes for row in report.rows) == len(data)
+    (duplicate,) = report.duplicates
+    assert duplicate.tensors == ["constant 1", "constant 2"]
+    second = next(r for r in report.rows if r.detail.get("buffer") == 2)
+    assert second.detail["shared_with"] == ["named data 'tied'"]
+
+
 def test_inline_constants_are_charged_inside_the_program() -> None:
     data, report = report_of(twin_weights_program(inline=True))
     assert read_program_file(data).segment_spans == []
@@ -187,8 +213,8 @@ def test_cli_size_text(capsys: pytest.CaptureFixture[str], twin_pte: Path) -> No
     assert "segment 0: constants" in out
     (second,) = [line for line in out.splitlines() if "constant 2: %2 f32[2, 3]" in line]
     assert second.endswith("duplicate of 1")
-    assert "duplicated constants: buffers 1, 2 (24 B each); storing each once would save " \
-           "24 B\n" in out
+    assert "duplicate bytes: 24 B in 1 tensor: constant 1, constant 2 (24 B each); storing " \
+           "each once would save 24 B\n" in out
 
 
 def test_cli_size_json(capsys: pytest.CaptureFixture[str], twin_pte: Path) -> None:
@@ -198,8 +224,10 @@ def test_cli_size_json(capsys: pytest.CaptureFixture[str], twin_pte: Path) -> No
     # The buckets that were there before stay; the rows are added.
     assert size["total"] == twin_pte.stat().st_size
     assert sum(row["bytes"] for row in size["rows"]) == size["total"]
-    assert size["duplicates"] == [{"buffers": [1, 2], "bytes": 24, "saving": 24}]
+    assert size["duplicates"] == [{"buffers": [1, 2], "tensors": ["constant 1", "constant 2"],
+                                   "count": 2, "bytes": 24, "saving": 24}]
     assert size["duplicate_bytes"] == 24
+    assert size["duplicate_tensors"] == 1
     code, out, _ = run(capsys, "inspect", str(twin_pte), "--json")
     assert "rows" not in json.loads(out)["size"]  # only when asked for
 

@@ -40,6 +40,7 @@ from torch.fx import GraphModule, Node
 from exirc.cli.app import main
 from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.inspector.render import human_bytes
+from exirc.inspector.size import size_report
 from exirc.runtime import load
 from tests.oracle import requires_executorch
 from tests.quantize.models import ZOO, QuantModel
@@ -222,13 +223,17 @@ def _cases(model: QuantModel) -> list[tuple[Any, ...]]:
 
 
 def _check_report(result: CompileResult, mode: str, what: str,
-                  duplicated_bytes: int = 0) -> None:
-    """`duplicated_bytes`: stored twice by design (see `_tied_table_bytes`)."""
+                  repacked_bytes: int = 0) -> None:
+    """The weights' bytes against the float model's, each stored once: an
+    embedding table tied to an LM head that XNNPACK runs is one constant the
+    delegate reads in place. `repacked_bytes`: an int4 table the delegate reads
+    packed its own way (see `_tied_int4_table_bytes`), the same values in other bytes."""
     report = result.quantization
     assert report is not None, what
     assert report.mode == mode
     assert 0 < report.weight_bytes < report.float_weight_bytes, what
-    ratio = (report.weight_bytes - duplicated_bytes) / report.float_weight_bytes
+    assert size_report(result.data).duplicate_bytes == 0, what
+    ratio = (report.weight_bytes - repacked_bytes) / report.float_weight_bytes
     assert ratio <= MAX_RATIO[mode], f"{what}: weights stored in {ratio:.3f} of the float bytes"
     assert report.accuracy, what
     for accuracy in report.accuracy:
@@ -259,24 +264,54 @@ def test_int8_equals_the_quantized_reference_within_one_step(zoo: Zoo, name: str
         expected = _eager(reference.quantized, inputs)
         worst = max(worst, assert_within_steps(run_exirc(result.data, inputs), expected,
                                                steps, what))
-    _check_report(result, "int8", what,
-                  _tied_table_bytes(reference.model.module(), result, target))
+    _check_report(result, "int8", what)
     print(f"{what}: max diff vs the quantized reference {worst:.3g} (one step: {steps})")
 
 
-def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: str) -> int:
-    """The int8 bytes of an embedding table tied to an LM head, when XNNPACK runs
-    the head: the lookup (portable `embedding_byte`) reads the table from the
-    constant segment, the delegate its own copy from named data, and a program
-    cannot share bytes between the two (ExecuTorch's lowering stores both too).
-    On portable the two are one constant buffer, deduplicated."""
+def _tied_int4_table_bytes(module: torch.nn.Module, result: CompileResult, target: str,
+                           mode: str) -> int:
+    """The packed bytes of an int4 embedding table tied to an LM head that XNNPACK
+    runs weight-only: the lookup (portable `embedding_4bit`) and the delegate's
+    filter (XNNPACK's qcint4, packed its own way) hold the same values in
+    different bytes, so they cannot be one stored copy (an int8 table can, and is)."""
     model = getattr(module, "model", None)
-    if target != "xnnpack" or not result.delegation or model is None or \
-            not hasattr(model, "get_output_embeddings"):
+    if target != "xnnpack" or mode != "int4-weight-only" or not result.delegation or \
+            model is None or not hasattr(model, "get_output_embeddings"):
         return 0
     table, head = model.get_input_embeddings(), model.get_output_embeddings()
     tied = head is not None and head.weight is table.weight
-    return table.weight.numel() if tied else 0  # one byte a value
+    return table.weight.numel() // 2 if tied else 0  # two values a byte
+
+
+def _grouped_linear_weights(module: GraphModule) -> bool:
+    """Whether a weight-only model has a linear layer (not only embeddings) whose
+    weights are in groups smaller than its rows: XNNPACK refuses those."""
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_channel_group.default
+    for node in module.graph.nodes:
+        if node.target != dequantize or all(
+                u.target == torch.ops.aten.embedding.default for u in node.users):
+            continue
+        table = node.args[0]
+        assert isinstance(table, Node)
+        owner: Any = module
+        for part in str(table.target).split("."):
+            owner = getattr(owner, part)
+        if node.args[6] < owner.shape[1]:
+            return True
+    return False
+
+
+def _refused(zoo: Zoo, name: str, target: str, mode: str) -> bool:
+    """A weight-only model with grouped linear weights on xnnpack: check that it is
+    refused (never silently dequantized at every call) and say so."""
+    from exirc.errors import TargetQuantizationError
+
+    if target != "xnnpack" or mode == "int8" or \
+            not _grouped_linear_weights(zoo.reference(name, mode).quantized):
+        return False
+    with pytest.raises(TargetQuantizationError, match="in groups of"):
+        zoo.compiled(name, target, mode)
+    return True
 
 
 @pytest.mark.parametrize("mode", WEIGHT_ONLY)
@@ -285,6 +320,8 @@ def _tied_table_bytes(module: torch.nn.Module, result: CompileResult, target: st
 def test_weight_only_equals_the_rewritten_reference(zoo: Zoo, name: str, target: str,
                                                     mode: str) -> None:
     what = f"{name} {mode} on {target}"
+    if _refused(zoo, name, target, mode):
+        return
     reference = zoo.reference(name, mode)
     result = zoo.compiled(name, target, mode)
     assert result.quantization is not None and result.quantization.weights
@@ -292,7 +329,8 @@ def test_weight_only_equals_the_rewritten_reference(zoo: Zoo, name: str, target:
     for inputs in _cases(reference.model):
         expected = _eager(reference.quantized, inputs)
         worst = max(worst, assert_float_rounding(run_exirc(result.data, inputs), expected, what))
-    _check_report(result, mode, what)
+    _check_report(result, mode, what,
+                  _tied_int4_table_bytes(reference.model.module(), result, target, mode))
     print(f"{what}: max diff vs the rewritten reference {worst:.3g}")
 
 
@@ -311,6 +349,8 @@ _ALL_COMPILES = [(n, m) for n in SMALL + TRANSFORMERS for m in ["int8"]] + \
 def test_our_quantized_file_runs_on_executorch_like_exirc(zoo: Zoo, name: str, target: str,
                                                           mode: str) -> None:
     what = f"{name} {mode} on {target}, ExecuTorch vs exirc"
+    if _refused(zoo, name, target, mode):
+        return
     result = zoo.compiled(name, target, mode)
     model = ZOO[name]
     for inputs in _cases(model):
@@ -564,3 +604,48 @@ def test_cli_a_model_with_nothing_to_quantize_is_a_clear_error(
     assert "E0310" in err and "compile without --quantize" in err, err
     assert "Traceback" not in err
     assert not pte.exists()
+
+
+# --------------------------------------------------------------------------
+# Deployable int8 XNNPACK files: no quantized kernels outside the delegate.
+# --------------------------------------------------------------------------
+
+
+def run_executorch_without_quantized_kernels(data: bytes, inputs: tuple[Any, ...],
+                                             directory: Path) -> list[torch.Tensor]:
+    """ExecuTorch's runtime in a fresh process that never imports its quantized
+    kernel library: a file calling one of those kernels fails to load there."""
+    import subprocess
+    import sys
+
+    program, given, got = directory / "m.pte", directory / "in.pt", directory / "out.pt"
+    program.write_bytes(data)
+    torch.save(list(inputs), given)
+    script = (
+        "import sys, torch\n"
+        "from executorch.runtime import Runtime\n"
+        f"program = Runtime.get().load_program(open({str(program)!r}, 'rb').read())\n"
+        f"out = program.load_method('forward').execute(torch.load({str(given)!r}))\n"
+        "assert 'executorch.kernels.quantized' not in sys.modules\n"
+        f"torch.save([o.clone() for o in out], {str(got)!r})\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return list(torch.load(got))
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vit"])
+def test_int8_xnnpack_file_runs_on_executorch_without_its_quantized_kernels(
+        zoo: Zoo, name: str, tmp_path: Path) -> None:
+    what = f"{name} int8 on xnnpack, ExecuTorch without quantized kernels"
+    reference = zoo.reference(name, "int8")
+    result = zoo.compiled(name, "xnnpack", "int8")
+    steps = output_steps(reference.quantized)
+    for index, inputs in enumerate(_cases(reference.model)):
+        directory = tmp_path / str(index)
+        directory.mkdir()
+        got = run_executorch_without_quantized_kernels(result.data, inputs, directory)
+        worst = assert_within_steps(got, _eager(reference.quantized, inputs), steps, what)
+        print(f"{what}: max diff vs the quantized model {worst:.3g}")

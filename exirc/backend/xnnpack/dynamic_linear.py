@@ -18,6 +18,13 @@ becomes what ExecuTorch 1.5.1's XNNPACK backend writes for it:
     per output channel), a float32 bias, and a float32 output.
 
 The weights and their scales live in the delegate's data; nothing runs outside.
+
+A weight-only linear layer (`exirc.quantize.weight_only`, per output channel)
+is the same FullyConnected reading its float input directly, with a qcint8 or
+qcint4 filter (XNNPACK's f32-qc8w / f32-qc4w GEMMs, which ExecuTorch 1.5.1's
+runtime accepts though its own partitioner writes none) and no bias: that
+runtime multiplies the bias by the channel scales, so the bias is an Add
+after it. It equals the weight-only model within float rounding.
 XNNPACK chooses each row's parameters as its own kernels do, which may differ
 from `choose_qparams_per_token_asymmetric` in the last bit of a scale: the
 results agree within a quantization step of the activations.
@@ -52,6 +59,7 @@ class DynamicLinear:
     bits: int
     group_size: int
     bias: torch.Tensor | None
+    dynamic: bool = True  # False: a weight-only layer, its input read as float
 
 
 def _call(node: object, name: str) -> Node | None:
@@ -113,8 +121,8 @@ def _weight(value: object, constant: Constant) -> tuple[tuple[Node, ...], torch.
     channel = _call(dq, "dequantize_per_channel")
     if grouped is not None:
         table, scale_node, zeros, low, high, dtype, group = grouped.args[:7]
-        bits = 4
-        if (low, high) != INT4 or grouped.args[7] != torch.float32:
+        bits = 4 if (low, high) == INT4 else 8
+        if (low, high) not in (INT4, INT8) or grouped.args[7] != torch.float32:
             return None
     elif channel is not None:
         table, scale_node, zeros, axis, low, high, dtype = channel.args[:7]
@@ -135,9 +143,9 @@ def _weight(value: object, constant: Constant) -> tuple[tuple[Node, ...], torch.
     if not bool(((scales > 0) & torch.isfinite(scales)).all()):
         return None
     rows, columns = data.shape
-    if bits == 4:
-        if not isinstance(group, int) or group <= 0 or columns % group or columns % 2 \
-                or scales.numel() != rows * (columns // group):
+    if grouped is not None:
+        if not isinstance(group, int) or group <= 0 or columns % group \
+                or bits == 4 and columns % 2 or scales.numel() != rows * (columns // group):
             return None
         if int(data.min()) < as_int(low) or int(data.max()) > as_int(high):
             return None
@@ -167,12 +175,16 @@ def dynamic_linear(root: Node, constant: Constant
         bias_node, x_arg, w_arg = root.args[:3]
     else:
         bias_node, (x_arg, w_arg) = None, root.args[:2]
-    activation = _activation(x_arg)
     weight = _weight(w_arg, constant)
-    if activation is None or weight is None:
+    if weight is None:
+        return None
+    weight_nodes, integers, scales, bits, group = weight
+    activation = _activation(x_arg)
+    if activation is None:
         return None
     x, activation_nodes = activation
-    weight_nodes, integers, scales, bits, group = weight
+    if bits == 8 and group:
+        return None  # XNNPACK's qd8 filters: int8 per channel, int4 per channel or block
     if activation_nodes[-1].target == aten.view_copy.default and isinstance(x_arg, Node) \
             and list(x_arg.meta["val"].shape)[-1] != list(x.meta["val"].shape)[-1]:
         return None  # a view that is not only flattening the leading dims
@@ -186,3 +198,54 @@ def dynamic_linear(root: Node, constant: Constant
         bias = bias.reshape(-1)
     return (DynamicLinear(x, integers, scales, bits, group, bias),
             (*activation_nodes, *weight_nodes))
+
+
+def _constant_bias(bias_node: object, constant: Constant, channels: int) -> torch.Tensor | None:
+    bias = constant(bias_node) if isinstance(bias_node, Node) else None
+    if bias is None or bias.dtype != torch.float32 or bias.numel() != channels:
+        return None
+    return bias.reshape(-1)
+
+
+def weight_only_linear(root: Node, constant: Constant
+                       ) -> tuple[DynamicLinear, tuple[Node, ...]] | None:
+    """`root` (addmm or mm) as a weight-only quantized linear layer that XNNPACK runs
+    with its integer weights (a float input, a per-channel int8 or int4 filter), and
+    the nodes it absorbs; None if it is not one. Grouped weights are not: ExecuTorch
+    1.5.1's runtime refuses a blockwise filter on a float input."""
+    if root.op != "call_function" or root.target not in (aten.addmm.default, aten.mm.default):
+        return None
+    if root.target == aten.addmm.default:
+        if as_float(root.kwargs.get("alpha", 1)) != 1 or as_float(root.kwargs.get("beta", 1)) != 1:
+            return None
+        bias_node, x, w_arg = root.args[:3]
+    else:
+        bias_node, (x, w_arg) = None, root.args[:2]
+    weight = _weight(w_arg, constant)
+    if weight is None or not is_quantize(weight[0][0].target, "dequantize_per_channel_group"):
+        return None
+    weight_nodes, integers, scales, bits, group = weight
+    if group != integers.shape[1]:
+        return None
+    if not isinstance(x, Node) or isinstance(x.target, torch._ops.OpOverload) \
+            and x.target.namespace == "quantized_decomposed":
+        return None  # a statically quantized activation: pt2e's pattern, not this one
+    value = x.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 \
+            or value.shape[-1] != integers.shape[1]:
+        return None
+    bias = None
+    if bias_node is not None:
+        bias = _constant_bias(bias_node, constant, integers.shape[0])
+        if bias is None:
+            return None
+    return (DynamicLinear(x, integers, scales.reshape(-1), bits, 0, bias, dynamic=False),
+            weight_nodes)
+
+
+def match_weight_only_linear(root: Node, constant: Constant) -> Match | None:
+    found = weight_only_linear(root, constant)
+    if found is None:
+        return None
+    linear, absorbed = found
+    return Match(root, linear.x, absorbed)

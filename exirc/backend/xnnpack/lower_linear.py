@@ -1,6 +1,7 @@
 """Emitters of matrix products: addmm and mm (a linear layer, after Edge
 decomposed it) as XNNPACK's fully connected operator, bmm as its batch
-matrix multiply.
+matrix multiply (or fully connected, when it multiplies by a broadcast
+constant matrix).
 
 XNNPACK's fully connected flattens its input's leading dims itself, so the
 view_copy pair Edge puts around a linear on a batch of sequences
@@ -113,8 +114,31 @@ def emit_mm(b: GraphBuilder, node: Node) -> None:
     fully_connected(b, node, x, weight, None, 1.0)
 
 
+def _broadcast_weight(b: GraphBuilder, second: Node) -> torch.Tensor | None:
+    """The constant [K, N] matrix `second` ([B, K, N]) is an expand of over the
+    batch, else None."""
+    node = b.resolve(second)
+    if node.op != "call_function" or node.target != aten.expand_copy.default:
+        return None
+    static = b.static(as_node(node.args[0]))
+    if static is None or not 2 <= static.dim() <= 3 or math.prod(static.shape[:-2]) != 1 \
+            or list(static.shape[-2:]) != shape_of(second)[-2:]:
+        return None
+    return static.reshape(static.shape[-2:])
+
+
 def emit_bmm(b: GraphBuilder, node: Node) -> None:
+    """A bmm, or, when its second operand is a constant matrix broadcast over
+    the batch (an unrolled RNN's input projection, a linear on a batch of
+    sequences, as matmul decomposes them), a fully connected operator on the
+    matrix: its [B, M, K] input is flattened by the operator, and the weight
+    is stored once, not once per batch entry."""
     first, second = as_node(node.args[0]), as_node(node.args[1])
+    weight = _broadcast_weight(b, second)
+    if weight is not None:
+        out = fully_connected(b, node, first, weight, None, 1.0, define=False)
+        b.define(node, out, lay.identity(3))
+        return
     flags = 0
     transposed = next((v for v in b.versions(second) if v.layout == (0, 2, 1)), None) \
         if not b.is_static(second) else None

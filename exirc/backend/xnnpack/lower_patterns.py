@@ -1,6 +1,8 @@
 """Emitters of the operators `patterns` finds decomposed: hardswish and PReLU,
 one XNNPACK node each instead of three to five; and dynamically quantized
-linear layers (`dynamic_linear`), a Convert to qdint8 and a FullyConnected."""
+linear layers (`dynamic_linear`), a Convert to qdint8 and a FullyConnected;
+and weight-only quantized ones, a FullyConnected of the float input with a
+qcint8 / qcint4 filter (and an Add of the bias)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,12 @@ from torch.fx import Node
 
 from exirc.backend.xnnpack import layout as lay
 from exirc.backend.xnnpack.builder import GraphBuilder, shape_of
-from exirc.backend.xnnpack.dynamic_linear import dynamic_linear, match_dynamic_linear
+from exirc.backend.xnnpack.dynamic_linear import (
+    dynamic_linear,
+    match_dynamic_linear,
+    match_weight_only_linear,
+    weight_only_linear,
+)
 from exirc.backend.xnnpack.lower_elementwise import unary
 from exirc.backend.xnnpack.patterns import Match, match_hardswish, match_prelu
 from exirc.serialize.xnnpack import graph as G
@@ -93,11 +100,41 @@ def emit_dynamic_linear(b: GraphBuilder, match: Match) -> None:
     b.define(match.root, b.reshape(out, shape), lay.identity(len(shape)))
 
 
+def emit_weight_only_linear(b: GraphBuilder, match: Match) -> None:
+    found = weight_only_linear(match.root, b.static)
+    assert found is not None
+    layer = found[0]
+    source = b.get_contiguous(layer.x)
+    dims = list(b.graph.values[source].dims)
+    channels, inputs = (int(d) for d in layer.integers.shape)
+    raw = layer.scales.to(torch.float32).contiguous().numpy().tobytes()
+    quant = G.PerChannelQuant([], 0, scale_buffer_idx=b.constant_entry(raw, "scale_"),
+                              num_scales=channels)
+    if layer.bits == 4:
+        filter_id = len(b.graph.values)
+        b.graph.values.append(G.TensorValue(
+            G.Datatype.QCINT4, [channels, inputs], filter_id, quant=quant,
+            constant_buffer_idx=b.constant_entry(
+                pack_int4(layer.integers).contiguous().numpy().tobytes())))
+    else:
+        filter_id = b.constant_value(layer.integers.contiguous(), G.Datatype.QCINT8, quant)
+    out = b.value([*dims[:-1], channels])
+    b.add_node(G.NodeKind.FULLY_CONNECTED,
+               G.FullyConnected(source, filter_id, G.INVALID_VALUE_ID, out), owner=match.root)
+    if layer.bias is not None:  # not the FullyConnected's: ExecuTorch would scale it
+        out = b.binary_op(G.NodeKind.ADD, out,
+                          b.static_value(layer.bias.to(torch.float32).contiguous()),
+                          owner=match.root)
+    shape = shape_of(match.root)
+    b.define(match.root, b.reshape(out, shape), lay.identity(len(shape)))
+
+
 FINDERS: tuple[tuple[Callable[[Node, Callable[[Node], torch.Tensor | None]], Match | None],
                      Callable[[GraphBuilder, Match], None]], ...] = (
     (match_hardswish, emit_hardswish),
     (match_prelu, emit_prelu),
     (match_dynamic_linear, emit_dynamic_linear),
+    (match_weight_only_linear, emit_weight_only_linear),
 )
 
 

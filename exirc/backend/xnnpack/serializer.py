@@ -37,6 +37,8 @@ from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.writer import serialize_blob
 
 BACKEND_ID = "XnnpackBackend"
+# Folded results this small are stored whatever they are computed from.
+SMALL_FOLD_ELEMENTS = 64
 
 EMITTERS: dict[object, Emitter] = {
     **lower_elementwise.EMITTERS,
@@ -103,7 +105,17 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
 def _fold(b: GraphBuilder, node: Node) -> bool:
     """Compute at compile time a node whose tensor inputs are all constants, or
     a creation op (Edge folds most; what is left, e.g. over its size limit,
-    is folded here)."""
+    is folded here).
+
+    A result of more elements than the constants it is computed from (and
+    than `SMALL_FOLD_ELEMENTS`) is not folded: a broadcast of a weight
+    (`expand`, `repeat`) would be stored as a weight many times its size.
+    Its emitter runs it in the delegate instead, and what is computed from
+    it follows, not being constant; a bmm by a broadcast weight reads the
+    weight itself (`lower_linear.emit_bmm`). Elements, not bytes: a
+    dequantized weight is bigger than its int8 form but no broadcast, and
+    is folded, as the quantized lowerings expect.
+    """
     made = created(node)
     if made is not None:
         b.fold(node, made)
@@ -111,11 +123,15 @@ def _fold(b: GraphBuilder, node: Node) -> bool:
     if node.target == operator.getitem or not isinstance(node.target, torch._ops.OpOverload):
         return False
     inputs = node.all_input_nodes
-    if not inputs or not all(b.is_static(i) for i in inputs):
+    statics = [b.static(i) for i in inputs]
+    if not inputs or any(t is None for t in statics):
         return False
     args, kwargs = map_arg((node.args, node.kwargs), lambda n: b.static(n))
     result = node.target(*args, **kwargs)
     if not isinstance(result, torch.Tensor):
+        return False
+    if result.numel() > max(sum(t.numel() for t in statics if t is not None),
+                            SMALL_FOLD_ELEMENTS):
         return False
     b.fold(node, result)
     return True

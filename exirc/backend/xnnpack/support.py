@@ -10,7 +10,8 @@ has an emitter for; a test keeps the two tables in step. Quantized graphs
 (pt2e's quantize/dequantize nodes) are judged group by group: see
 `support_quant`. A dynamically quantized linear layer (8da4w / 8da8w:
 `dynamic_linear`) is taken whole, its per-token quantize and its weight's
-dequantize with it, as the shapes of its layer allow.
+dequantize with it, as the shapes of its layer allow; so is a weight-only
+quantized one whose weights are per output channel.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch.fx import Graph, Node
 from exirc.backend.delegation.interface import Rejection
 from exirc.backend.xnnpack import qdq
 from exirc.backend.xnnpack.args import CREATORS, created
-from exirc.backend.xnnpack.dynamic_linear import match_dynamic_linear
+from exirc.backend.xnnpack.dynamic_linear import match_dynamic_linear, match_weight_only_linear
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
 from exirc.backend.xnnpack.support_nn import NN_RULES, convolution_geometry
@@ -78,13 +79,15 @@ class XnnpackSupport:
         return self._decided[2]
 
     def _dynamic_linears(self, program: ExportedProgram, facts: Facts) -> dict[Node, Node]:
-        """Every node of a dynamically quantized linear layer -> the layer's root."""
+        """Every node of a dynamically or weight-only quantized linear layer -> the
+        layer's root."""
         graph = program.graph_module.graph
         if self._dynamic is None or self._dynamic[0] is not graph \
                 or self._dynamic[1] != len(graph.nodes):
             members: dict[Node, Node] = {}
             for node in graph.nodes:
-                match = match_dynamic_linear(node, facts.constant) \
+                match = (match_dynamic_linear(node, facts.constant)
+                         or match_weight_only_linear(node, facts.constant)) \
                     if node.op == "call_function" else None
                 if match is not None:
                     members.update({n: node for n in (node, *match.absorbed)})

@@ -35,9 +35,16 @@ class DataSegment:
 
     `data` is `bytes`, or a `memoryview` into the mapped file when read from
     a path, so weights are not copied.
+
+    `inside` is (index, offset) when these bytes are also part of another
+    segment's, at that offset (a weight a kernel reads as a constant and a
+    delegate reads by key): the file stores them once, there, and this
+    segment's offset and size point into it. ExecuTorch's runtime loads each
+    segment by its offset and size, so segments may share bytes.
     """
 
     data: bytes | memoryview
+    inside: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -83,13 +90,15 @@ class Program:
                 return self.segments[named.segment_index].data
         return None
 
-    def add_named_segment(self, key: str, data: bytes) -> None:
-        """Store `data` in a new segment that `named_data` names `key`.
+    def add_named_segment(self, key: str, data: bytes,
+                          inside: tuple[int, int] | None = None) -> None:
+        """Store `data` in a new segment that `named_data` names `key` (or
+        point it `inside` another segment that holds the same bytes).
 
         Runtimes look named data up by key, so one that does not know the
         key ignores it (exirc keeps its own metadata there).
         """
-        self.segments.append(DataSegment(data))
+        self.segments.append(DataSegment(data, inside))
         self.named_data.append(NamedData(key, len(self.segments) - 1))
 
     def constant_count(self) -> int:

@@ -12,6 +12,8 @@ is XNNPACK's float32 epilogue:
     channel scale, bias); per block, a float32 sum started at the packed
     weights' zero-point term with one fma per block of 32 or more inputs,
     then * row scale + bias; then the fused clamp;
+  - weight-only (fp32 input, qcint8 / qcint4 weights, float32 output):
+    (input . integers [+ bias]) * channel scale, then the fused clamp;
   - static (qint8 / quint8 input and output, qcint8 or qint8 weights, int32
     bias): requantized as `quant.requantize` does, saturated to the fused
     clamp's quantized bounds.
@@ -103,6 +105,8 @@ def build_fully_connected(ctx: NodeContext) -> Op:
         ctx.require_float([(p.output_id, "output")])
         bias = _bias(ctx, p.bias_id, channels, quantized=False)
         return _dynamic_fc(ctx, x, ctx.write(p.output_id), w, integers, scale, bias)
+    if x_value.datatype == G.Datatype.FP32:
+        return _float_input_fc(ctx, x, w, integers, scale)
     x_params = static_params(ctx, p.input1_id, "input")
     out_params = static_params(ctx, p.output_id, "output")
     if w.group_size:
@@ -144,6 +148,38 @@ def fma_f32(product: torch.Tensor, addend: torch.Tensor) -> torch.Tensor:
         up = torch.where(error > 0, torch.maximum(rounded, other), torch.minimum(rounded, other))
         rounded = torch.where(tie, up, rounded)
     return rounded
+
+
+def _float_input_fc(ctx: NodeContext, x: int, w: Weights, integers: torch.Tensor,
+                    scale: torch.Tensor) -> Op:
+    """fp32 input, qcint8 / qcint4 filter, fp32 output (XNNPACK's f32-qc8w / f32-qc4w
+    GEMMs: weight-only quantized linear layers). The products are summed, then
+    multiplied by each channel's scale; a bias is added before that multiply, as
+    ExecuTorch 1.5.1's runtime does (so a float bias comes out scaled: exirc writes
+    such layers without one)."""
+    p = ctx.node.params
+    assert isinstance(p, G.FullyConnected)
+    if w.group_size:
+        raise ctx.unsupported("its blockwise filter takes a float input (ExecuTorch's runtime "
+                              "refuses the method)")
+    ctx.require_float([(p.output_id, "output")])
+    channels, inputs = integers.shape
+    bias = _bias(ctx, p.bias_id, channels, quantized=False)
+    weight_t = integers.t().contiguous()
+    channel_scale = scale.reshape(-1).to(torch.float64)
+    clamp = ctx.clamp_bounds()
+    out = ctx.write(p.output_id)
+
+    def run(env: Env) -> None:
+        value = env[x]
+        acc = torch.matmul(value.reshape(-1, inputs).to(torch.float64), weight_t)
+        if bias is not None:
+            acc = acc + bias.to(torch.float64)
+        result = (acc * channel_scale).to(torch.float32)
+        if clamp is not None:
+            result = result.clamp_(*clamp)
+        env[out] = result.reshape(*value.shape[:-1], channels)
+    return run
 
 
 def _dynamic_fc(ctx: NodeContext, x: int, out: int, w: Weights, integers: torch.Tensor,
