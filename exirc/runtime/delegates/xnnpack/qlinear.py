@@ -6,9 +6,12 @@ are exact integers at any size a delegate can have, so torch's float64
 kernels give the int32 accumulator XNNPACK's kernels compute. What follows
 is XNNPACK's float32 epilogue:
 
-  - dynamic (qdint8 input, qcint8 / qcint4 / qbint4 weights, float32 output):
-    accumulator * row scale * channel scale (+ per-block scales for qbint4)
-    + float32 bias, then the fused clamp;
+  - dynamic (qdint8 input, qcint8 / qbint4 weights, float32 output): as the
+    FMA kernels XNNPACK runs on x86 (AVX2 / AVX-512 VNNI) compute it, bit for
+    bit (see `_dynamic_fc`): per channel, fma(accumulator * row scale,
+    channel scale, bias); per block, a float32 sum started at the packed
+    weights' zero-point term with one fma per block of 32 or more inputs,
+    then * row scale + bias; then the fused clamp;
   - weight-only (fp32 input, qcint8 / qcint4 weights, float32 output):
     (input . integers [+ bias]) * channel scale, then the fused clamp;
   - static (qint8 / quint8 input and output, qcint8 or qint8 weights, int32
@@ -36,6 +39,11 @@ from exirc.runtime.delegates.xnnpack.quant import (
     weights,
 )
 from exirc.serialize.xnnpack import graph as G
+
+# XNNPACK's x86 qd8 GEMMs with VNNI dot products (unsigned times signed bytes) read
+# the int8 activations as unsigned: values and zero point + 128 (the float32
+# zero-point term of a blockwise GEMM rounds differently with the offset).
+UNSIGNED_OFFSET = 128.0
 
 
 def _requant_scales(x: Static, w: Weights, out: Static) -> torch.Tensor:
@@ -118,6 +126,30 @@ def build_fully_connected(ctx: NodeContext) -> Op:
     return run
 
 
+def fma_f32(product: torch.Tensor, addend: torch.Tensor) -> torch.Tensor:
+    """float32 fused multiply-add: `product` (float64, the exact product of the two
+    float32 factors) + `addend` (float32 values), rounded once to float32.
+
+    The float64 sum can round, and rounding that again to float32 would be a
+    double rounding; where the float64 sum falls exactly on a float32 midpoint
+    but was inexact, the exact remainder (Knuth's two-sum) decides the side."""
+    addend = addend.to(torch.float64)
+    total = product + addend
+    back = total - product
+    error = (product - (total - back)) + (addend - back)
+    rounded = total.to(torch.float32)
+    if rounded.device.type == "meta":  # the shape check
+        return rounded
+    near = rounded.to(torch.float64)
+    other = torch.nextafter(rounded, torch.where(near < total, torch.inf, -torch.inf)
+                            .to(torch.float32))
+    tie = (near != total) & ((near + other.to(torch.float64)) * 0.5 == total) & (error != 0)
+    if bool(tie.any()):
+        up = torch.where(error > 0, torch.maximum(rounded, other), torch.minimum(rounded, other))
+        rounded = torch.where(tie, up, rounded)
+    return rounded
+
+
 def _float_input_fc(ctx: NodeContext, x: int, w: Weights, integers: torch.Tensor,
                     scale: torch.Tensor) -> Op:
     """fp32 input, qcint8 / qcint4 filter, fp32 output (XNNPACK's f32-qc8w / f32-qc4w
@@ -152,33 +184,58 @@ def _float_input_fc(ctx: NodeContext, x: int, w: Weights, integers: torch.Tensor
 
 def _dynamic_fc(ctx: NodeContext, x: int, out: int, w: Weights, integers: torch.Tensor,
                 scale: torch.Tensor, bias: torch.Tensor | None) -> Op:
+    """XNNPACK's qd8-f32-qc8w / qb4w GEMM, as its x86 FMA kernels compute it (the
+    AVX-512 VNNI ones bit for bit against ExecuTorch 1.5.1's runtime; kernels
+    without FMA, or with signed dot products, round the float32 epilogue
+    differently, by an ulp or so of the output):
+
+      - per channel (qcint8): the exact int32 accumulator sum((x - zp) * w), as float32,
+        times the row scale (rounded), then fma(., channel scale, bias);
+      - per block (qbint4): the packed weights carry ksum = -sum over blocks of
+        sum(w) * block scale (float32, accumulated block by block) and the kernel
+        starts from ksum * zero point, adds each block's exact integer
+        sum(x * w) times its bf16 scale with one fma, multiplies by the row
+        scale and adds the bias. The VNNI kernels read x and the zero point as
+        unsigned (+ 128), which changes how the zero-point term rounds.
+    """
     clamp = ctx.clamp_bounds()
     channels, inputs = integers.shape
+    device = integers.device
+    bias32 = (bias if bias is not None else torch.zeros(channels, device=device)
+              ).to(torch.float32)
     if w.group_size:
         blocks = inputs // w.group_size
         # [blocks, group, channels]: each block's integers, for a batched product.
         blocked = integers.reshape(channels, blocks, w.group_size).permute(1, 2, 0).contiguous()
-        block_scale = w.scale.t().to(torch.float64).unsqueeze(1)  # [blocks, 1, channels]
+        block_scale = w.scale.t().to(torch.float64).contiguous()  # [blocks, channels], bf16
+        ksum = torch.zeros(channels, dtype=torch.float32, device=device)
+        for b, sums in enumerate(blocked.sum(1)):  # [channels] per block, exact
+            ksum = (ksum.to(torch.float64) - (sums * block_scale[b])).to(torch.float32)
 
-        def product(a: torch.Tensor) -> torch.Tensor:
-            rows = a.reshape(-1, blocks, w.group_size).transpose(0, 1)  # [blocks, M, group]
-            return (torch.matmul(rows, blocked) * block_scale).sum(0)   # [M, channels]
-        channel_scale = None
-    else:
-        weight_t = integers.t().contiguous()
-        channel_scale = scale.reshape(-1).to(torch.float32)
+        def run_blocks(env: Env) -> None:
+            q: Dynamic = env[x]
+            a = q.values.reshape(-1, blocks, w.group_size).to(torch.float64).transpose(0, 1)
+            sums = torch.matmul(a + UNSIGNED_OFFSET, blocked)  # [blocks, M, channels], exact
+            zp = (q.zero_point.reshape(-1, 1) + UNSIGNED_OFFSET).to(torch.float32)
+            acc = (ksum * zp).to(torch.float32)
+            for b in range(blocks):
+                acc = fma_f32(sums[b] * block_scale[b], acc)
+            acc = acc * q.scale.reshape(-1, 1)
+            acc = acc + bias32
+            if clamp is not None:
+                acc = acc.clamp_(*clamp)
+            env[out] = acc.reshape(*q.values.shape[:-1], channels)
+        return run_blocks
 
-        def product(a: torch.Tensor) -> torch.Tensor:
-            return torch.matmul(a.reshape(-1, inputs), weight_t)
+    weight_t = integers.t().contiguous()
+    channel_scale = scale.reshape(-1).to(torch.float64)
 
     def run(env: Env) -> None:
         q: Dynamic = env[x]
         a = q.values.to(torch.float64) - q.zero_point.to(torch.float64)
-        acc = product(a).to(torch.float32) * q.scale.reshape(-1, 1)
-        if channel_scale is not None:
-            acc = acc * channel_scale
-        if bias is not None:
-            acc = acc + bias
+        acc = torch.matmul(a.reshape(-1, inputs), weight_t).to(torch.float32)
+        acc = acc * q.scale.reshape(-1, 1)
+        acc = fma_f32(acc.to(torch.float64) * channel_scale, bias32)
         if clamp is not None:
             acc = acc.clamp_(*clamp)
         env[out] = acc.reshape(*q.values.shape[:-1], channels)

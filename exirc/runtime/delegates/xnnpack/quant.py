@@ -229,14 +229,18 @@ def build_dynamic_quantize(ctx: NodeContext, x: int, out: int, nonbatch: int) ->
         low = torch.clamp(torch.amin(value, reduced, keepdim=True), max=0.0)
         high = torch.clamp(torch.amax(value, reduced, keepdim=True), min=0.0)
         same = low == high
-        multiplier = torch.where(same, 1.0, 255.0 / torch.where(same, 1.0, high - low))
+        # Divisions of two tensors: `255.0 / tensor` is torch's reciprocal times 255,
+        # rounded twice, which misses XNNPACK's float32 quotient in the last bit.
+        one = torch.ones((), dtype=value.dtype, device=value.device)
+        multiplier = torch.where(same, one, torch.div(one * 255.0, torch.where(same, one,
+                                                                             high - low)))
         descaled_low, descaled_high = low * multiplier, high * multiplier
         from_low = -128.0 + descaled_low
         from_high = 127.0 + descaled_high
         zero_point = torch.where(from_low + from_high > 0, -128.0 - descaled_low,
                                  127.0 - descaled_high)
         zero_point = torch.round(zero_point.clamp(-128.0, 127.0))
-        scale = 1.0 / multiplier  # what the matrix kernels dequantize with
+        scale = torch.div(one, multiplier)  # what the matrix kernels dequantize with
         # The conversion multiplies by the multiplier itself (not 1 / scale, which
         # can differ in the last bit and move ties such as a clamped 0.5 * 255).
         scaled = (value * multiplier).clamp(-128.0 - zero_point, 127.0 - zero_point)
