@@ -297,9 +297,10 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
     """Capture each method, take the eager references --verify/--bundle need,
     compile, and check the program against them; `started` is when capture began."""
     from exirc.capture import capture
+    from exirc.quantize.torchao_ops import without_torchao_ops
 
     exported = {name: capture(source) for name, source in sources.items()}
-    sources, exported = _without_torchao_ops(sources, exported)
+    sources, exported = without_torchao_ops(sources, exported)
     capture_seconds = time.perf_counter() - started
     if options.on_stage is not None:
         options.on_stage("capture", capture_seconds)
@@ -336,25 +337,6 @@ def _compile_sources(sources: dict[str, MethodSource], options: CompileOptions,
             options = dataclasses.replace(options, atol=quantized.report.output_step or None)
         verify_and_bundle(result, references, options, kernels)
     return result
-
-
-def _without_torchao_ops(sources: dict[str, MethodSource],
-                         exported: dict[str, ExportedProgram]
-                         ) -> tuple[dict[str, MethodSource], dict[str, ExportedProgram]]:
-    """Methods of a model quantized with torchao's `quantize_`: their torchao ops as
-    exirc's quantized_decomposed ones (`exirc.quantize.torchao_ops`); the rewritten
-    module (4-bit block scales in bf16, as XNNPACK keeps them) is their reference."""
-    from exirc.quantize.torchao_ops import TorchaoOpsToQuantizedDecomposed, uses_torchao_ops
-
-    new_sources, new_exported = dict(sources), dict(exported)
-    for name, program in exported.items():
-        if uses_torchao_ops(program):
-            source = sources[name]
-            convert = TorchaoOpsToQuantizedDecomposed(f"method {name!r}")
-            new_exported[name], module = convert(program, source.example_inputs,
-                                                 source.dynamic_shapes)
-            new_sources[name] = dataclasses.replace(source, module=module, exported=None)
-    return new_sources, new_exported
 
 
 # -- kernels for backend ops bound to patterns -----------------------------------

@@ -24,14 +24,18 @@ name; torchao itself need not be importable here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from exirc.errors import ModelError
+
+if TYPE_CHECKING:
+    from exirc.capture import MethodSource
 
 ACCESS_INNER = "export.access_subclass_inner_tensor"
 TORCHAO = "torchao."
@@ -192,3 +196,20 @@ class TorchaoOpsToQuantizedDecomposed:
                                     .to(torch.bfloat16).float(), persistent=True)
         return graph.call_function(self.q.dequantize_per_channel_group.default, (
             source, scale, None, quant_min, quant_max, torch.int8, group, out_dtype))
+
+
+def without_torchao_ops(sources: dict[str, MethodSource],
+                        exported: dict[str, ExportedProgram]
+                        ) -> tuple[dict[str, MethodSource], dict[str, ExportedProgram]]:
+    """Methods of a model quantized with torchao's `quantize_`: their torchao ops as
+    exirc's quantized_decomposed ones (`exirc.quantize.torchao_ops`); the rewritten
+    module (4-bit block scales in bf16, as XNNPACK keeps them) is their reference."""
+    new_sources, new_exported = dict(sources), dict(exported)
+    for name, program in exported.items():
+        if uses_torchao_ops(program):
+            source = sources[name]
+            convert = TorchaoOpsToQuantizedDecomposed(f"method {name!r}")
+            new_exported[name], module = convert(program, source.example_inputs,
+                                                 source.dynamic_shapes)
+            new_sources[name] = dataclasses.replace(source, module=module, exported=None)
+    return new_sources, new_exported

@@ -46,17 +46,22 @@ from typing import TYPE_CHECKING, Any
 import numpy
 import torch
 
-from exirc.errors import ExircError
 from exirc.runtime.core import arenas as memory
 from exirc.runtime.core.argument_checks import check_method
 from exirc.runtime.core.inputs import InputSpec, check_inputs, input_spec, signature
+from exirc.runtime.core.instruction_places import InstructionPlaces
 from exirc.runtime.core.loop_clocks import LoopClocks
-from exirc.runtime.core.steps import Action, Site, Step, prepare, site_of, with_module
-from exirc.runtime.core.values import Values, value_table, written_values
-from exirc.runtime.core.work import UNITS_PER_STEP, chain_costs, prefix_sums
+from exirc.runtime.core.steps import Action, Step, prepare, site_of
+from exirc.runtime.core.values import Values, copied_out, value_table, written_values
+from exirc.runtime.core.work import (
+    chain_costs,
+    prefix_sums,
+    step_limit_error,
+    work_limit_error,
+)
 from exirc.runtime.engines.policy import EnginePolicy
 from exirc.runtime.engines.seam import DelegateChoice, MethodView, prepare_method
-from exirc.runtime.errors import ExecutionError, StepLimitError
+from exirc.runtime.errors import ExecutionError
 from exirc.runtime.kernels.registry import Kernel
 from exirc.serialize import program as P
 from exirc.serialize.io_names import default_names
@@ -124,7 +129,7 @@ class Method:
         self._positions = {value: i for i, value in enumerate(plan.inputs)}  # the last wins
         self.output_names = default_names(0, len(plan.outputs)).outputs  # io_names renames
         # Each chain's module paths (`name_modules`), for its instructions' sites.
-        self._modules: Sequence[Sequence[str]] = ()
+        self._places = InstructionPlaces(plan, self.name)
         # Per chain, prefix sums of the instructions' costs (what a backward jump
         # charges) and of their costs beyond one step (the careful loop's count).
         self._costs: list[Sequence[int]] = []
@@ -155,7 +160,7 @@ class Method:
         view = MethodView(self.name, plan, kernels, backends, delegate_choices,
                           self._tables, written, self.has_state, straight,
                           bool(shapes is not None and shapes.values),
-                          self._positions, self.output_values, _copy_out)
+                          self._positions, self.output_values, copied_out)
         choice = prepare_method(policy or EnginePolicy.resolve(), view)
         self._accelerated, self.engine, self.execution = (choice.accelerated, choice.engine,
                                                           choice.execution)
@@ -257,7 +262,7 @@ class Method:
                     allowance = self._execute(c, steps, allowance)
             else:
                 allowance = self._execute_careful(c, steps, allowance, observer)
-        return [_copy_out(env[index]) for index in self.output_values]
+        return [copied_out(env[index]) for index in self.output_values]
 
     def _execute(self, chain: int, steps: list[Step], allowance: Allowance) -> Allowance:
         """The interpreter: run one chain's steps, following jumps, within `allowance`.
@@ -282,13 +287,13 @@ class Method:
                 else:  # a loop: instructions jump to pc run again
                     budget -= costs[pc + 1] - costs[jump]
                     if budget < 0:
-                        raise self._work_limit(chain, jump, pc)
+                        raise work_limit_error(self.name, self.max_steps, costs, chain, jump, pc)
                     # A fast clock, inline: this runs once per loop iteration.
                     if clock() >= next_reading:
                         next_reading = self.clocks.read(chain, jump)
                     pc = jump
         except Exception as error:  # noqa: BLE001 (any kernel's failure, named and re-raised)
-            blamed = self._blame(chain, pc, error)
+            blamed = self._places.blame(chain, pc, error)
             if blamed is error:
                 raise
             raise blamed from error
@@ -306,7 +311,7 @@ class Method:
                 action()
         except Exception as error:  # noqa: BLE001 (as in _execute)
             pc = len(actions) - operator.length_hint(remaining) - 1
-            blamed = self._blame(chain, pc, error)
+            blamed = self._places.blame(chain, pc, error)
             if blamed is error:
                 raise
             raise blamed from error
@@ -328,20 +333,21 @@ class Method:
             try:
                 jump = steps[at]()
             except Exception as error:  # noqa: BLE001 (as in _execute)
-                blamed = self._blame(chain, at, error)
+                blamed = self._places.blame(chain, at, error)
                 if blamed is error:
                     raise
                 raise blamed from error
             pc = at + 1 if jump is None else jump
             budget -= 1
             if budget < 0:
-                raise self._step_limit(chain, pc)
+                raise step_limit_error(self.name, self.max_steps, chain, pc)
             if jump is not None and jump <= at:
                 # The re-run instructions' work beyond the one step each is
                 # counted for as it runs.
                 budget -= extras[at + 1] - extras[jump]
                 if budget < 0:
-                    raise self._work_limit(chain, jump, at)
+                    raise work_limit_error(self.name, self.max_steps, self._costs[chain],
+                                           chain, jump, at)
                 if time.monotonic() >= next_reading:
                     next_reading = self.clocks.read(chain, jump)
             if observer is not None:
@@ -364,77 +370,17 @@ class Method:
                 target.resize_(value.shape)
             target.copy_(value)
 
-    def _blame(self, chain: int, pc: int, error: Exception) -> Exception:
-        """The error to raise for `error`, raised by instruction `pc` of `chain`: a
-        typed one as `_located` makes it, any other as a located ExecutionError."""
-        if isinstance(error, ExircError):
-            return self._located(chain, pc, error)
-        return self._failure(chain, pc, error)
-
-    def _site(self, chain: int, pc: int) -> Site:
-        """The site of instruction `pc` of `chain`, made when a message or profile
-        needs it (a site per instruction, kept, would cost more than the file)."""
-        site = site_of(self._plan, chain, pc)
-        paths = self._modules[chain] if chain < len(self._modules) else ()
-        return with_module(site, paths, self._length(chain))
-
-    def _sites(self, chain: int) -> list[Site]:
-        return [self._site(chain, pc) for pc in range(self._length(chain))]
-
-    def _length(self, chain: int) -> int:
-        return len(self._plan.chains[chain].instructions)
-
-    def _failure(self, chain: int, pc: int, error: Exception) -> ExecutionError:
-        site = self._site(chain, pc)
-        detail = (str(error).strip().splitlines() or [""])[0]
-        return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
-                              f"{self.name!r}: {type(error).__name__}: {detail}{site.origin}")
-
-    def _located(self, chain: int, pc: int, error: ExircError) -> ExircError:
-        """A kernel's own ExecutionError (a quantized kernel refusing its arguments)
-        with the instruction and source line it came from; other typed errors
-        (a step limit, a delegate's) already say where, and pass as they are."""
-        if type(error) is not ExecutionError or not 0 <= pc < self._length(chain):
-            return error
-        site = self._site(chain, pc)
-        return ExecutionError(f"while executing {self._where(site)} ({site.label}) of method "
-                              f"{self.name!r}: {error.message}{site.origin}", hint=error.hint)
-
-    def _step_limit(self, chain: int, pc: int) -> StepLimitError:
-        return StepLimitError(
-            f"method {self.name!r} did not finish within {self.max_steps} instructions "
-            f"(the step limit); it was about to run instruction {pc} of chain {chain}: "
-            "a loop that does not end?")
-
-    def _work_limit(self, chain: int, start: int, stop: int) -> StepLimitError:
-        """The step limit, reached by a backward jump from `stop` to `start`: in
-        instructions if they are all cheap, else in steps, saying what a pass costs."""
-        span = stop + 1 - start
-        cost = self._costs[chain][stop + 1] - self._costs[chain][start]
-        if cost == span:
-            return self._step_limit(chain, start)
-        return StepLimitError(
-            f"method {self.name!r} did not finish within {self.max_steps} steps (the step "
-            f"limit, in which an instruction that a loop repeats counts one step per "
-            f"{UNITS_PER_STEP} element operations it does); it was about to run instructions "
-            f"{start} to {stop} of chain {chain} again, {span} instructions costing {cost} "
-            "steps: a loop that does not end?")
-
     def name_modules(self, modules: Sequence[Sequence[str]]) -> None:
         """Name in each instruction's site the submodule it came from (`modules`:
         per chain, a path per instruction; `exirc.runtime.core.module_paths`)."""
         if len(modules) == len(self._plan.chains):
-            self._modules = modules
+            self._places.modules = modules
             self._profiled = None
-
-    def _where(self, site: Site) -> str:
-        chain = f"chain {site.chain}, " if len(self._plan.chains) > 1 else ""
-        return f"{chain}instruction {site.index}"
 
     def _profiled_chains(self, profile: Profile) -> list[list[Step]]:
         if self._profiled is None or self._profiled[0] is not profile:
             assert self._chains is not None
-            wrapped = [profile.wrap(steps, self._sites(c))
+            wrapped = [profile.wrap(steps, self._places.sites(c))
                        for c, steps in enumerate(self._chains)]
             self._profiled = (profile, wrapped)
         return self._profiled[1]
@@ -450,8 +396,3 @@ class Method:
         """`input_0: f32[2, 8], input_1: int`."""
         return signature(self.inputs)
 
-
-def _copy_out(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    return [_copy_out(item) for item in value] if isinstance(value, list) else value

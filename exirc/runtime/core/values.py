@@ -137,3 +137,11 @@ def written_values(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) -> froz
                 written.add(instr.move_to)
     tensors = (P.Tensor, P.TensorList, P.OptionalTensorList)
     return frozenset(i for i in written if not isinstance(plan.values[i], tensors))
+
+
+def copied_out(value: Any) -> Any:
+    """An output as the caller keeps it: a tensor (in lists too) copied out of the
+    planned memory the next run overwrites."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return [copied_out(item) for item in value] if isinstance(value, list) else value

@@ -29,6 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from exirc.runtime.errors import StepLimitError
 from exirc.runtime.kernels.registry import Kernel
 from exirc.serialize import program as P
 
@@ -237,3 +238,28 @@ def _int_list_product(values: Sequence[P.EValue], index: int, written: frozenset
             return default
         product *= max(entry.int_val, 1)
     return product
+
+
+def step_limit_error(method: str, max_steps: int, chain: int, pc: int) -> StepLimitError:
+    """The step limit, reached before instruction `pc` of `chain`."""
+    return StepLimitError(
+        f"method {method!r} did not finish within {max_steps} instructions "
+        f"(the step limit); it was about to run instruction {pc} of chain {chain}: "
+        "a loop that does not end?")
+
+
+def work_limit_error(method: str, max_steps: int, costs: Sequence[int], chain: int,
+                     start: int, stop: int) -> StepLimitError:
+    """The step limit, reached by a backward jump from `stop` to `start` (`costs`: the
+    chain's prefix sums): in instructions if they are all cheap, else in steps,
+    saying what a pass costs."""
+    span = stop + 1 - start
+    cost = costs[stop + 1] - costs[start]
+    if cost == span:
+        return step_limit_error(method, max_steps, chain, start)
+    return StepLimitError(
+        f"method {method!r} did not finish within {max_steps} steps (the step "
+        f"limit, in which an instruction that a loop repeats counts one step per "
+        f"{UNITS_PER_STEP} element operations it does); it was about to run instructions "
+        f"{start} to {stop} of chain {chain} again, {span} instructions costing {cost} "
+        "steps: a loop that does not end?")
