@@ -21,6 +21,7 @@ import importlib.util
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -356,3 +357,26 @@ def assert_same(ours: Any, theirs: Any, path: str) -> None:
         assert type(ours) is type(theirs) and ours == theirs, (
             f"{path}: expected {theirs!r}, exirc read {ours!r}"
         )
+
+
+def run_executorch_without_quantized_kernels(data: bytes, inputs: Sequence[Any],
+                                             directory: Path) -> list[torch.Tensor]:
+    """ExecuTorch's runtime in a fresh process that never imports its quantized
+    kernel library: a file calling one of those kernels fails to load there."""
+    import subprocess
+    import sys
+
+    program, given, got = directory / "m.pte", directory / "in.pt", directory / "out.pt"
+    program.write_bytes(data)
+    torch.save(list(inputs), given)
+    script = (
+        "import sys, torch\n"
+        "from executorch.runtime import Runtime\n"
+        f"program = Runtime.get().load_program(open({str(program)!r}, 'rb').read())\n"
+        f"out = program.load_method('forward').execute(torch.load({str(given)!r}))\n"
+        "assert 'executorch.kernels.quantized' not in sys.modules\n"
+        f"torch.save([o.clone() for o in out], {str(got)!r})\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return list(torch.load(got))

@@ -17,7 +17,7 @@ from torch.fx import GraphModule
 from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.errors import UsageError
 from exirc.quantize import QuantizeConfig
-from tests.oracle import requires_executorch
+from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
 from tests.quantize.test_zoo_quantized import (
     _eager,
     assert_float_rounding,
@@ -220,23 +220,9 @@ def test_xnnpack_program_runs_on_executorch_like_the_quantized_model(mode: str) 
 @pytest.mark.oracle
 def test_8da4w_xnnpack_file_runs_on_executorch_without_its_quantized_kernels(
         tmp_path: Any) -> None:
-    import subprocess
-    import sys
-
     result = _compile("8da4w", "xnnpack")
-    path = tmp_path / "m.pte"
-    path.write_bytes(result.data)
     inputs = _inputs(5)
-    torch.save(inputs[0], tmp_path / "x.pt")
-    script = (
-        "import sys, torch\n"
-        "from executorch.runtime import Runtime\n"
-        f"program = Runtime.get().load_program(open({str(path)!r}, 'rb').read())\n"
-        f"out = program.load_method('forward').execute([torch.load({str(tmp_path / 'x.pt')!r})])\n"
-        "assert 'executorch.kernels.quantized' not in sys.modules\n"
-        f"torch.save(out[0], {str(tmp_path / 'y.pt')!r})\n")
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=300)
-    got = torch.load(tmp_path / "y.pt")
+    got, = run_executorch_without_quantized_kernels(result.data, inputs, tmp_path)
     assert_float_rounding([got], _eager(_reference("8da4w"), inputs), "8da4w without kernels")
 
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
 from torch.fx import GraphModule
 
 from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.errors import TargetQuantizationError
 from exirc.quantize import QuantizeConfig
-from tests.oracle import requires_executorch
+from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
 from tests.quantize.test_dynamic_quant import _inputs, _model, _payload_graph
 from tests.quantize.test_zoo_quantized import _eager, assert_float_rounding, run_exirc
 
@@ -85,22 +84,8 @@ def test_xnnpack_program_equals_the_weight_only_model_on_exirc(mode: str) -> Non
 @pytest.mark.parametrize("mode", MODES)
 def test_xnnpack_file_runs_on_executorch_without_its_quantized_kernels(
         mode: str, tmp_path: Any) -> None:
-    import subprocess
-    import sys
-
-    path = tmp_path / "m.pte"
-    path.write_bytes(_compile(mode).data)
     inputs = _inputs(5)
-    torch.save(inputs[0], tmp_path / "x.pt")
-    script = (
-        "import sys, torch\n"
-        "from executorch.runtime import Runtime\n"
-        f"program = Runtime.get().load_program(open({str(path)!r}, 'rb').read())\n"
-        f"out = program.load_method('forward').execute([torch.load({str(tmp_path / 'x.pt')!r})])\n"
-        "assert 'executorch.kernels.quantized' not in sys.modules\n"
-        f"torch.save(out[0], {str(tmp_path / 'y.pt')!r})\n")
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=300)
-    got = torch.load(tmp_path / "y.pt")
+    got, = run_executorch_without_quantized_kernels(_compile(mode).data, inputs, tmp_path)
     assert_float_rounding([got], _eager(_reference(mode), inputs), f"{mode} on ExecuTorch")
 
 

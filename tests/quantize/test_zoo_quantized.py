@@ -42,7 +42,7 @@ from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.inspector.render import human_bytes
 from exirc.inspector.size import size_report
 from exirc.runtime import load
-from tests.oracle import requires_executorch
+from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
 from tests.quantize.models import ZOO, QuantModel
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
@@ -609,29 +609,6 @@ def test_cli_a_model_with_nothing_to_quantize_is_a_clear_error(
 # --------------------------------------------------------------------------
 # Deployable int8 XNNPACK files: no quantized kernels outside the delegate.
 # --------------------------------------------------------------------------
-
-
-def run_executorch_without_quantized_kernels(data: bytes, inputs: tuple[Any, ...],
-                                             directory: Path) -> list[torch.Tensor]:
-    """ExecuTorch's runtime in a fresh process that never imports its quantized
-    kernel library: a file calling one of those kernels fails to load there."""
-    import subprocess
-    import sys
-
-    program, given, got = directory / "m.pte", directory / "in.pt", directory / "out.pt"
-    program.write_bytes(data)
-    torch.save(list(inputs), given)
-    script = (
-        "import sys, torch\n"
-        "from executorch.runtime import Runtime\n"
-        f"program = Runtime.get().load_program(open({str(program)!r}, 'rb').read())\n"
-        f"out = program.load_method('forward').execute(torch.load({str(given)!r}))\n"
-        "assert 'executorch.kernels.quantized' not in sys.modules\n"
-        f"torch.save([o.clone() for o in out], {str(got)!r})\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return list(torch.load(got))
 
 
 @requires_executorch
