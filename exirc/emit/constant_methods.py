@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from exirc.emit.values import scalar_value
 from exirc.serialize import program as P
 
 # A pytree spec as torch serializes it (protocol 1): a leaf, or a list of leaves.
@@ -19,18 +20,9 @@ def constant_plan(name: str, value: bool | int | float | str | list[int]) -> P.E
         spec: dict[str, Any] = {"type": "builtins.list", "context": "null",
                                 "children_spec": [_LEAF] * len(value)}
     else:
-        values, spec = [_scalar(value)], _LEAF
+        values, spec = [scalar_value(value)], _LEAF
     return P.ExecutionPlan(
         name, values=values, inputs=[], outputs=list(range(len(values))),
         chains=[P.Chain()], non_const_buffer_sizes=[0],
         container_meta_type=P.ContainerMetadata("", json.dumps([1, spec])))
 
-
-def _scalar(value: bool | int | float | str) -> P.EValue:
-    if isinstance(value, bool):
-        return P.Bool(value)
-    if isinstance(value, int):
-        return P.Int(value)
-    if isinstance(value, float):
-        return P.Double(value)
-    return P.String(value)

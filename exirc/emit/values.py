@@ -103,14 +103,8 @@ class ValueTable:
         return self.add(self._literal(value, type_name))
 
     def _literal(self, value: Any, type_name: str) -> P.EValue:
-        if isinstance(value, bool):
-            return P.Bool(value)
-        if isinstance(value, int):
-            return P.Int(value)
-        if isinstance(value, float):
-            return P.Double(value)
-        if isinstance(value, str):
-            return P.String(value)
+        if isinstance(value, (bool, int, float, str)):
+            return scalar_value(value)
         if isinstance(value, torch.dtype):
             return P.Int(int(scalar_type(value)))
         if isinstance(value, torch.memory_format):
@@ -134,3 +128,14 @@ class ValueTable:
         # int[] / SymInt[]: each item is boxed in its own Int value, so a
         # symbolic size can be written at run time.
         return self.add(P.IntList([self.argument(item, "int") for item in items]))
+
+
+def scalar_value(value: bool | int | float | str) -> P.EValue:
+    """A Python scalar as the program's value of its type (a bool is not an Int)."""
+    if isinstance(value, bool):
+        return P.Bool(value)
+    if isinstance(value, int):
+        return P.Int(value)
+    if isinstance(value, float):
+        return P.Double(value)
+    return P.String(value)

@@ -29,10 +29,9 @@ from torch.fx import GraphModule, Node
 
 from exirc.ir.content import content_digest
 from exirc.quantize.graph_weights import (
-    attribute_at,
     drop_unused_attributes,
     first_node,
-    weight_use,
+    weight_reads,
 )
 from exirc.quantize.weight_only import RANGES, QuantizedWeight
 
@@ -75,19 +74,11 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
     quant_min, quant_max = RANGES[bits]
     graph = model.graph
     done: dict[tuple[str, bool], tuple[Node, QuantizedWeight]] = {}
-    for node in list(graph.nodes):
-        if node.target not in MATMULS:
-            continue
-        found = weight_use(model, node)
-        if found is None:
-            continue
-        index, transposed = found
-        weight_node = node.args[index]
-        assert isinstance(weight_node, Node)
-        key = (str(weight_node.target), transposed)
+    for use in weight_reads(model, lambda n: n.target in MATMULS):
+        node, index, weight_node, transposed, key = \
+            use.node, use.index, use.weight, use.transposed, use.key
         if key not in done:
-            weight = attribute_at(model, str(weight_node.target))
-            rows = weight.t() if transposed else weight
+            rows = use.rows(model)
             size = group_size_for(rows.shape[1], group_size) if bits == 4 else rows.shape[1]
             values, scales = quantize_symmetric(rows, bits, size, bf16_scales=bits == 4)
             stem = str(weight_node.target).replace(".", "_") + ("_t" if transposed else "")
@@ -106,7 +97,7 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
                         stored, scale_node, None, 0, quant_min, quant_max, torch.int8))
                 if transposed:
                     read = graph.call_function(_aten.t.default, (read,))
-            done[key] = (read, QuantizedWeight(str(weight_node.target), tuple(weight.shape),
+            done[key] = (read, QuantizedWeight(str(weight_node.target), use.stored_shape(model),
                                                size, digest=content_digest(values, scales)))
         read, entry = done[key]
         entry.users.append(node.name)

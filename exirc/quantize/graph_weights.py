@@ -4,6 +4,8 @@ rewrite an exported model's matmuls and embeddings before it is exported again."
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,3 +65,41 @@ def drop_unused_attributes(model: GraphModule) -> None:
             del owner._parameters[attribute]
         elif attribute in owner._buffers:
             del owner._buffers[attribute]
+
+
+@dataclass(frozen=True)
+class WeightRead:
+    """`node` reads the constant `weight` as its argument `index` (transposed: an
+    `addmm`/`mm` right side, stored [in, out])."""
+
+    node: Node
+    index: int
+    weight: Node
+    transposed: bool
+
+    @property
+    def key(self) -> tuple[str, bool]:
+        """One quantized copy per weight and orientation, however many nodes read it."""
+        return str(self.weight.target), self.transposed
+
+    def stored_shape(self, model: GraphModule) -> tuple[int, ...]:
+        return tuple(attribute_at(model, str(self.weight.target)).shape)
+
+    def rows(self, model: GraphModule) -> torch.Tensor:
+        """The weight as [out, in] rows, the axis its groups run along last."""
+        weight = attribute_at(model, str(self.weight.target))
+        return weight.t() if self.transposed else weight
+
+
+def weight_reads(model: GraphModule, keep: Callable[[Node], bool]) -> Iterator[WeightRead]:
+    """Each node `keep` accepts that reads a constant weight (`weight_use`), in graph
+    order; the graph may be edited between reads."""
+    for node in list(model.graph.nodes):
+        if not keep(node):
+            continue
+        found = weight_use(model, node)
+        if found is None:
+            continue
+        weight = node.args[found[0]]
+        assert isinstance(weight, Node)
+        yield WeightRead(node, found[0], weight, found[1])

@@ -23,10 +23,9 @@ from torch.fx import GraphModule, Node
 
 from exirc.ir.content import content_digest
 from exirc.quantize.graph_weights import (
-    attribute_at,
     drop_unused_attributes,
     first_node,
-    weight_use,
+    weight_reads,
 )
 
 _aten = torch.ops.aten
@@ -82,17 +81,13 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
     quant_min, quant_max = RANGES[bits]
     done: dict[tuple[str, bool], tuple[tuple[Node, Node, int], QuantizedWeight]] = {}
     graph = model.graph
-    for node in list(graph.nodes):
-        found = weight_use(model, node)
-        if found is None or (embeddings_only and node.target != _aten.embedding.default):
-            continue
-        index, transposed = found
-        weight_node = node.args[index]
-        assert isinstance(weight_node, Node)
-        key = (str(weight_node.target), transposed)
+    reads = weight_reads(model, lambda n: not embeddings_only
+                         or n.target == _aten.embedding.default)
+    for use in reads:
+        node, index, weight_node, transposed, key = \
+            use.node, use.index, use.weight, use.transposed, use.key
         if key not in done:
-            weight = attribute_at(model, str(weight_node.target))
-            rows = weight.t() if transposed else weight
+            rows = use.rows(model)
             size = group_size_for(rows.shape[1], bits, group_size)
             values, scales = quantize_rows(rows, bits, size)
             stem = str(weight_node.target).replace(".", "_")
@@ -102,7 +97,7 @@ def quantize_weights(model: GraphModule, bits: int, group_size: int | None = Non
             with graph.inserting_before(first_node(graph)):
                 stored = graph.get_attr(f"{stem}{suffix}_int{bits}")
                 scale_node = graph.get_attr(f"{stem}{suffix}_scales")
-            entry = QuantizedWeight(str(weight_node.target), tuple(weight.shape), size,
+            entry = QuantizedWeight(str(weight_node.target), use.stored_shape(model), size,
                                     digest=content_digest(values, scales))
             done[key] = ((stored, scale_node, size), entry)
         (stored, scale_node, size), entry = done[key]
