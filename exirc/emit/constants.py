@@ -100,4 +100,4 @@ class ConstantTable:
             program.segments.append(P.DataSegment(segment))
         if self.names:
             program.add_named_segment(constant_names.NAMED_DATA_KEY,
-                                      constant_names.encode(self.names))
+                                      constant_names.encode(self.names), packed=True)

@@ -80,9 +80,12 @@ def emit_methods(methods: dict[str, ExportedProgram],
     for plan, lowered in delegated:
         delegates.attach(program, plan, lowered, constants)
     if shapes:
-        program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes))
+        program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes),
+                                  packed=True)
     if names:
-        program.add_named_segment(io_names.NAMED_DATA_KEY, io_names.encode(names))
+        program.add_named_segment(io_names.NAMED_DATA_KEY, io_names.encode(names),
+                                  packed=True)
     if modules:
-        program.add_named_segment(module_paths.NAMED_DATA_KEY, module_paths.encode(modules))
+        program.add_named_segment(module_paths.NAMED_DATA_KEY, module_paths.encode(modules),
+                                  packed=True)
     return EmittedProgram(program, nodes)

@@ -2,14 +2,19 @@
 
 Symbolic shapes and constant names travel in segments that `named_data`
 names by key; runtimes that do not know the key ignore them. Each is one
-JSON object with a `format_version`. Reading one is reading untrusted
-input: too big, nested too deep (Python's parser recurses) or malformed is
-a FormatError naming the segment.
+JSON object with a `format_version`, stored zlib-compressed: names and module
+paths repeat their prefixes, so compression takes about three quarters off
+what a file carries besides its model (files written before that hold the
+plain JSON, which starts with `{` where a zlib stream cannot, and still read).
+Reading one is reading untrusted input: too big (before or after
+decompressing: a small stream can expand without bound), nested too deep
+(Python's parser recurses) or malformed is a FormatError naming the segment.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,7 +25,7 @@ T = TypeVar("T")
 
 def dump(content: dict[str, Any], version: int) -> bytes:
     document = {"format_version": version, **content}
-    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+    return zlib.compress(json.dumps(document, separators=(",", ":"), sort_keys=True).encode(), 9)
 
 
 def parse(data: bytes | memoryview, *, key: str, what: str, version: int, max_bytes: int,
@@ -32,12 +37,27 @@ def parse(data: bytes | memoryview, *, key: str, what: str, version: int, max_by
     if len(data) > max_bytes:
         raise FormatError(f"{what} take {len(data)} bytes, more than {max_bytes}", field=where)
     try:
-        document = json.loads(bytes(data))
+        document = json.loads(_json_text(data, max_bytes))
         if not isinstance(document, dict) or document.get("format_version") != version:
             found = document.get("format_version") if isinstance(document, dict) else None
             raise ValueError(f"format_version {found!r}, expected {version}")
         return read(document)
     except RecursionError:
         raise FormatError(f"unreadable {what}: JSON nested too deeply", field=where) from None
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError, zlib.error) as error:
         raise FormatError(f"unreadable {what}: {error}", field=where) from None
+
+
+def _json_text(data: bytes | memoryview, max_bytes: int) -> bytes:
+    """The segment's JSON: as stored by older files, or decompressed, at most
+    `max_bytes` of it (ValueError past that, zlib.error for a broken stream)."""
+    raw = bytes(data)
+    if raw[:1] == b"{":
+        return raw
+    inflate = zlib.decompressobj()
+    text = inflate.decompress(raw, max_bytes + 1)
+    if len(text) > max_bytes:
+        raise ValueError(f"more than {max_bytes} bytes once decompressed")
+    if not inflate.eof or inflate.unused_data:
+        raise ValueError("the compressed stream is truncated or has bytes after its end")
+    return text

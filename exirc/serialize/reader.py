@@ -16,7 +16,13 @@ from exirc.errors import FormatError
 from exirc.serialize import program as P
 from exirc.serialize.checked_buffer import CheckedBuffer
 from exirc.serialize.decode import decode_program, segment_ranges
-from exirc.serialize.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, ExtendedHeader
+from exirc.serialize.header import (
+    FILE_IDENTIFIER,
+    HEADER_LENGTH,
+    HEADER_OFFSET,
+    SEGMENT_ALIGNMENT,
+    ExtendedHeader,
+)
 from exirc.serialize.mapped_file import open_mapped
 from exirc.serialize.validate import validate_program
 
@@ -91,8 +97,12 @@ def _read(data: memoryview) -> ProgramFile:
     program = decode_program(buf)
     spans = _segment_spans(buf, header, size)
     program.segments = [P.DataSegment(data[start:start + length]) for start, length in spans]
-    for index, place in segments_inside(spans).items():
+    inside = segments_inside(spans)
+    for index, place in inside.items():
         program.segments[index].inside = place
+    base = header.segment_base_offset if header else 0
+    for index in packed_segments([(start - base, length) for start, length in spans], inside):
+        program.segments[index].packed = True
     validate_program(program)
     return ProgramFile(program, size, header, spans)
 
@@ -116,6 +126,20 @@ def _segment_spans(buf: CheckedBuffer, header: ExtendedHeader | None,
                               f"{limit} bytes of segment data", field=f"segments[{i}]")
         spans.append((base + offset, length))
     return spans
+
+
+def packed_segments(spans: list[tuple[int, int]], inside: dict[int, tuple[int, int]]
+                    ) -> list[int]:
+    """The segments the writer stored packed (`DataSegment.packed`), so that
+    writing the program again gives the same bytes: it stores them after
+    the aligned ones, the first at an unaligned offset, so every segment
+    from the first unaligned one on is packed."""
+    stored = sorted((offset, index) for index, (offset, length) in enumerate(spans)
+                    if length and index not in inside)
+    for position, (offset, _) in enumerate(stored):
+        if offset % SEGMENT_ALIGNMENT:
+            return [i for _, i in stored[position:]]
+    return []
 
 
 def segments_inside(spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:

@@ -48,16 +48,26 @@ def _segments_inside(segments: Sequence[P.DataSegment]) -> dict[int, tuple[int, 
 def _segment_offsets(segments: Sequence[P.DataSegment], inside: dict[int, tuple[int, int]],
                      alignment: int) -> list[int]:
     """Offsets of each segment from the segment base: one after the other,
-    each aligned, but a segment stored inside another at its place there."""
-    offsets = []
+    each aligned, then the packed ones back to back, the first of them at an
+    unaligned offset (one byte on if need be) so that the reader can tell
+    them (`reader.packed_segments`); a segment stored inside another at its
+    place there."""
+    offsets = [-1] * len(segments)  # inside ones are set below, from their holder's
     end = 0
     for i, segment in enumerate(segments):
-        if i in inside:
-            offsets.append(-1)  # set below, once its holder has an offset
-            continue
-        start = align_up(end, alignment)
-        offsets.append(start)
-        end = start + len(segment.data)
+        if i not in inside and not segment.packed:
+            offsets[i] = align_up(end, alignment)
+            end = offsets[i] + len(segment.data)
+    packed = [i for i, segment in enumerate(segments)
+              if i not in inside and segment.packed and len(segment.data)]
+    if packed and end % alignment == 0:
+        end += 1
+    for i in packed:
+        offsets[i] = end
+        end += len(segments[i].data)
+    for i, segment in enumerate(segments):
+        if i not in inside and segment.packed and not segment.data:
+            offsets[i] = end  # empty: nothing stored, anywhere will do
     for i, (holder, offset) in inside.items():
         offsets[i] = offsets[holder] + offset
     return offsets
@@ -102,9 +112,9 @@ def _insert_header(flatbuffer: bytes, segments: Sequence[P.DataSegment],
     out += flatbuffer[4:HEADER_OFFSET]
     out += header.to_bytes()
     out += flatbuffer[HEADER_OFFSET:]
-    for index, (segment, offset) in enumerate(zip(segments, segment_offsets)):
-        if index in inside:
-            continue  # its bytes are its holder's
+    stored = sorted((offset, index) for index, offset in enumerate(segment_offsets)
+                    if index not in inside)  # the others' bytes are their holder's
+    for offset, index in stored:
         out += b"\0" * (segment_base + offset - len(out))
-        out += segment.data
+        out += segments[index].data
     return bytes(out)

@@ -41,10 +41,15 @@ class DataSegment:
     delegate reads by key): the file stores them once, there, and this
     segment's offset and size point into it. ExecuTorch's runtime loads each
     segment by its offset and size, so segments may share bytes.
+
+    `packed` segments need no alignment (exirc's own metadata, parsed as
+    bytes, never mapped as tensors): the writer stores them after the
+    aligned ones, back to back, so they cost no padding.
     """
 
     data: bytes | memoryview
     inside: tuple[int, int] | None = None
+    packed: bool = False
 
 
 @dataclass(slots=True)
@@ -91,14 +96,16 @@ class Program:
         return None
 
     def add_named_segment(self, key: str, data: bytes,
-                          inside: tuple[int, int] | None = None) -> None:
+                          inside: tuple[int, int] | None = None, *,
+                          packed: bool = False) -> None:
         """Store `data` in a new segment that `named_data` names `key` (or
         point it `inside` another segment that holds the same bytes).
 
         Runtimes look named data up by key, so one that does not know the
-        key ignores it (exirc keeps its own metadata there).
+        key ignores it (exirc keeps its own metadata there). `packed`: the
+        bytes need no alignment (see DataSegment).
         """
-        self.segments.append(DataSegment(data, inside))
+        self.segments.append(DataSegment(data, inside, packed))
         self.named_data.append(NamedData(key, len(self.segments) - 1))
 
     def constant_count(self) -> int:
