@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from exirc.backend.delegation.interface import PartitionGraph
+from exirc.backend.delegation.interface import PartitionGraph, nodes_in_order
 from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.edge.constants import constant_tensor
 
@@ -18,17 +18,38 @@ if TYPE_CHECKING:
 
 def boundary(nodes: list[Node]) -> tuple[list[Node], list[Node]]:
     """The nodes a partition reads from outside it (in first-use order) and the
-    ones of its own that something outside reads (in graph order)."""
+    ones of its own that something outside reads (in graph order). A size it
+    reads (a view's `sym_size(x, 1)`) is no input: `sizes_read` are copied in
+    and the tensors they measure are read instead."""
     inside = set(nodes)
     inputs: dict[Node, None] = {}
     outputs: list[Node] = []
-    for node in nodes:
+    sizes = set(sizes_read(nodes))
+    for node in [*nodes, *sizes]:
         for used in node.all_input_nodes:
-            if used not in inside:
+            if used not in inside and used not in sizes:
                 inputs.setdefault(used)
-        if any(user not in inside for user in node.users):
+        if node in inside and any(user not in inside for user in node.users):
             outputs.append(node)
     return list(inputs), outputs
+
+
+def _is_size(node: Node) -> bool:
+    return node.op == "call_function" and isinstance(node.meta.get("val"), (torch.SymInt, int))
+
+
+def sizes_read(nodes: list[Node]) -> list[Node]:
+    """The size computations outside the partition that its nodes read, in
+    graph order: recomputed inside from the tensors they measure, so a
+    delegate takes tensors only."""
+    inside, found = set(nodes), set()
+    stack = [u for n in nodes for u in n.all_input_nodes if u not in inside and _is_size(u)]
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(u for u in node.all_input_nodes if _is_size(u))
+    return nodes_in_order(found)
 
 
 def extract(program: ExportedProgram, nodes: list[Node]) -> PartitionGraph:
@@ -44,7 +65,7 @@ def extract(program: ExportedProgram, nodes: list[Node]) -> PartitionGraph:
         value = constant_tensor(program, source)
         if value is not None:
             constants[str(placeholder.target)] = value.detach()
-    for node in nodes:
+    for node in [*sizes_read(nodes), *nodes]:
         env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[o] for o in outputs))
     return PartitionGraph(GraphModule(torch.nn.Module(), graph), constants)

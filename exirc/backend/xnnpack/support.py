@@ -3,8 +3,8 @@ delegate can run, and why the others cannot.
 
 The checks run in a fixed order, so a node gets the most basic reason:
 "op" (XNNPACK has no operator for it, and it cannot be built from ones it
-has), "dtype" (float32, and pt2e's int8 quantized tensors), "shape" (shapes must be static,
-non-empty, of rank <= 6), then "constraint" (an argument XNNPACK's operator
+has), "dtype" (float32, and pt2e's int8 quantized tensors), "shape" (non-empty, of rank <= 6,
+dynamic dims only where XNNPACK resizes the operator: `support_dynamic`), then "constraint" (an argument XNNPACK's operator
 cannot take, from `support_rules`). A node it takes is one `serializer.py`
 has an emitter for; a test keeps the two tables in step. Quantized graphs
 (pt2e's quantize/dequantize nodes) are judged group by group: see
@@ -28,6 +28,8 @@ from exirc.backend.xnnpack.args import CREATORS, created
 from exirc.backend.xnnpack.dynamic_linear import match_dynamic_linear, match_weight_only_linear
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
+from exirc.backend.xnnpack.sizes import concrete
+from exirc.backend.xnnpack.support_dynamic import dynamic_reason, has_dynamic_shape
 from exirc.backend.xnnpack.support_nn import NN_RULES, convolution_geometry
 from exirc.backend.xnnpack.support_quant import QUANT_RULES, decide, is_quantized_graph
 from exirc.backend.xnnpack.support_rules import RULES, Facts, Reason, Rule, op_name
@@ -115,7 +117,10 @@ class XnnpackSupport:
         rule = ALL_RULES.get(node.target)
         if rule is None:
             return "op", f"XNNPACK has no operator for {op_name(node)}"
-        return (_dtype(node, facts) or _shape(node, facts) or rule(node, facts))
+        found = _dtype(node, facts) or _shape(node, facts, dynamic=True)
+        if found is None and has_dynamic_shape(node):
+            found = dynamic_reason(node)
+        return found or rule(node, facts)
 
     def _prelu(self, node: Node, facts: Facts) -> tuple[str, str] | None:
         """where and gt are taken as parts of a decomposed PReLU only, judged
@@ -183,18 +188,20 @@ def _dtype(node: Node, facts: Facts) -> tuple[str, str] | None:
     return None
 
 
-def _shape(node: Node, facts: Facts) -> tuple[str, str] | None:
+def _shape(node: Node, facts: Facts, dynamic: bool = False) -> tuple[str, str] | None:
+    """Shapes XNNPACK takes: rank <= 6, not empty; dynamic dims (upper-bounded)
+    only where `dynamic` (then `support_dynamic` judges the operator)."""
     tensors = [(f"input {a.name}", a.meta.get("val")) for a in node.all_input_nodes
                if not facts.is_constant(a)]
     tensors += [("its result", v) for v in _vals(node)]
     for name, val in tensors:
         if not isinstance(val, torch.Tensor):
             continue
-        if not all(isinstance(d, int) for d in val.shape):
+        if not dynamic and not all(isinstance(d, int) for d in val.shape):
             return "shape", (f"{name} has a dynamic shape {list(val.shape)}; XNNPACK payloads "
-                             "are built for static shapes here")
+                             "are built for static shapes here (quantized layers)")
         if val.dim() > MAX_RANK:
             return "shape", f"{name} has rank {val.dim()}; XNNPACK takes at most {MAX_RANK}"
-        if val.numel() == 0:
+        if 0 in concrete(val.shape):
             return "shape", f"{name} is empty {list(val.shape)}; XNNPACK takes no empty tensors"
     return None

@@ -72,13 +72,35 @@ def test_integer_constants_of_float_ops_are_converted_not_rejected() -> None:
     assert only(found, "add") is None
 
 
-def test_dynamic_shapes_are_a_shape_rejection() -> None:
+def test_dynamic_shapes_are_taken_where_xnnpack_resizes_the_operator() -> None:
     batch = torch.export.Dim("batch", min=2, max=16)
-    found = decisions(torch.nn.ReLU(), torch.randn(4, 3), dynamic_shapes=({0: batch},))
-    category, reason = only(found, "relu")
+    found = decisions(Lambda(lambda m, x: torch.relu(x)[:, 1:].reshape(-1)), torch.randn(4, 3),
+                      dynamic_shapes=(({0: batch},),))
+    assert only(found, "relu") is None
+    category, reason = only(found, "slice")
     assert category == "shape"
-    assert reason.startswith("input input has a dynamic shape [s")
-    assert reason.endswith(", 3]; XNNPACK payloads are built for static shapes here")
+    assert reason == ("aten.slice_copy.Tensor has a dynamic shape; XNNPACK keeps its sizes in "
+                      "the payload, so it cannot follow a size that changes at run time")
+
+
+def test_a_reshape_with_two_dynamic_dims_is_a_shape_rejection() -> None:
+    rows, cols = torch.export.Dim("rows", max=8), torch.export.Dim("cols", max=8)
+    found = decisions(Lambda(lambda m, x: x.unsqueeze(0) * 2), torch.randn(4, 3),
+                      dynamic_shapes=(({0: rows, 1: cols},),))
+    category, reason = only(found, "unsqueeze")
+    assert category == "shape"
+    assert reason.startswith("aten.unsqueeze_copy.default makes 2 dynamic dims [1, s")
+    assert reason.endswith("; XNNPACK's reshape infers one dim at run time")
+    assert only(found, "mul") is None
+
+
+def test_a_layer_norm_over_a_dynamic_dim_is_a_shape_rejection() -> None:
+    width = torch.export.Dim("width", max=8)
+    found = decisions(Lambda(lambda m, x: F.layer_norm(x, x.shape[-1:])), torch.randn(2, 4),
+                      dynamic_shapes=(({1: width},),))
+    assert only(found, "native_layer_norm") == (
+        "shape", "aten.native_layer_norm.default normalizes over a dynamic dim; taken over "
+                 "static dims only")
 
 
 def test_rank_beyond_six_is_a_shape_rejection() -> None:

@@ -1,0 +1,142 @@
+"""Dynamic sizes in an XNNPACK payload: upper-bounded dims, and the reshapes
+XNNPACK can redo at run time.
+
+ExecuTorch's XNNPACK runtime gives XNNPACK the actual shapes of a
+delegate's inputs at each call and lets it propagate them through the
+graph (its outputs are then resized). So a payload with dynamic dims is an
+ordinary payload whose values carry each dim's upper bound; what XNNPACK
+cannot propagate are numbers an operator keeps in its parameters: a
+reshape's new shape (where a 0 is the one dim XNNPACK infers from the
+input's element count), a slice's sizes, a constant computed from a size.
+
+The emitters work on plain ints. So a partition with dynamic dims is built
+once per size point (every symbol at its upper bound, then at other values
+in range) and the graphs are compared (`reconcile`): values keep the
+upper-bound dims; a reshape whose new shape differs between points in one
+entry gets a 0 there; anything else that differs means the graph depends on
+a size in a way XNNPACK cannot follow, and is refused. `XnnpackSupport`
+takes only operators whose emitters stay within that (`support_dynamic`);
+the comparison guarantees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+
+import torch
+
+from exirc.serialize.xnnpack import graph as G
+
+_POINT: contextvars.ContextVar[dict[object, int] | None] = contextvars.ContextVar(
+    "xnnpack_size_point", default=None)
+POINTS = 3  # sizes the graph is built at: a dim in one reshape entry varies at two of them
+
+
+class SizeMismatch(Exception):
+    """The graphs built at two size points differ beyond a reshape's inferred dim."""
+
+
+def symbols(dims: Iterable[object]) -> set[object]:
+    """The size symbols the dims of a shape are expressions of."""
+    found: set[object] = set()
+    for d in dims:
+        if isinstance(d, torch.SymInt):
+            found |= set(d.node.expr.free_symbols)
+    return found
+
+
+def bounds(d: torch.SymInt, symbol: object) -> tuple[int, int]:
+    """The range the shape environment of `d` gives `symbol`."""
+    rng = d.node.shape_env.var_to_range[symbol]
+    return int(rng.lower), int(rng.upper)
+
+
+def concrete(dims: Sequence[object]) -> list[int]:
+    """A shape as ints: dynamic dims at the current size point (their upper
+    bounds unless `at_point` chose others)."""
+    point = _POINT.get()
+    out = []
+    for d in dims:
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            values = {s: (point[s] if point is not None and s in point else bounds(d, s)[1])
+                      for s in expr.free_symbols}
+            out.append(int(expr.subs(values)))
+        else:
+            out.append(int(d))
+    return out
+
+
+def is_dynamic(val: object) -> bool:
+    return isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in val.shape)
+
+
+@contextlib.contextmanager
+def at_point(point: dict[object, int]) -> Iterator[None]:
+    token = _POINT.set(point)
+    try:
+        yield
+    finally:
+        _POINT.reset(token)
+
+
+def size_points(vals: Iterable[torch.Tensor]) -> list[dict[object, int]]:
+    """Up to `POINTS` assignments of the symbols of `vals`, the first at every
+    upper bound. The others avoid 1 and the static sizes the partition has
+    (a dim equal to another by chance could change how the emitters lay a
+    value out), so the graphs differ only where a size flows."""
+    static: set[int] = set()
+    ranges: dict[object, tuple[int, int]] = {}
+    for val in vals:
+        for d in val.shape:
+            if isinstance(d, torch.SymInt):
+                for s in d.node.expr.free_symbols:
+                    ranges[s] = bounds(d, s)
+            else:
+                static.add(int(d))
+    if not ranges:
+        return []
+    choices = {}
+    for s, (low, high) in ranges.items():
+        options = [v for v in range(high, max(low, 2) - 1, -1) if v not in static or v == high]
+        choices[s] = options[:POINTS]
+    count = max(len(c) for c in choices.values())
+    return [{s: c[min(i, len(c) - 1)] for s, c in choices.items()} for i in range(count)]
+
+
+def reconcile(graphs: Sequence[G.XNNGraph]) -> G.XNNGraph:
+    """The first graph (built at the upper bounds), its reshapes' varying
+    entries made 0; SizeMismatch where the graphs differ otherwise."""
+    first = graphs[0]
+    for other in graphs[1:]:
+        if len(other.values) != len(first.values) or len(other.nodes) != len(first.nodes):
+            raise SizeMismatch("the graph has a different number of values or nodes at "
+                               "another size")
+        for a, b in zip(first.values, other.values):
+            if replace(a, dims=[]) != replace(b, dims=[]) or len(a.dims) != len(b.dims):
+                raise SizeMismatch(f"value {a.id_out} changes kind or rank with the size")
+        if first.constant_data != other.constant_data:
+            raise SizeMismatch("a constant is computed from a dynamic size")
+    nodes = [_node(first.nodes[i], [g.nodes[i] for g in graphs[1:]])
+             for i in range(len(first.nodes))]
+    return replace(first, nodes=nodes)
+
+
+def _node(node: G.Node, others: list[G.Node]) -> G.Node:
+    if all(o == node for o in others):
+        return node
+    if node.kind == G.NodeKind.STATIC_RESHAPE and all(o.kind == node.kind for o in others):
+        p = node.params
+        assert isinstance(p, G.StaticReshape)
+        shapes = [o.params.new_shape for o in others]  # type: ignore[union-attr]
+        varying = [i for i, d in enumerate(p.new_shape) if any(s[i] != d for s in shapes)]
+        same = replace(p, new_shape=[0 if i in varying else d for i, d in enumerate(p.new_shape)])
+        rest = [replace(o.params, new_shape=same.new_shape) for o in others]
+        if len(varying) == 1 and 0 not in p.new_shape and all(r == same for r in rest):
+            return replace(node, params=same)
+        raise SizeMismatch(f"a reshape to {list(p.new_shape)} has {len(varying)} dims that "
+                           "vary with the size; XNNPACK infers one")
+    raise SizeMismatch(f"the parameters of a {node.kind.name} node depend on a dynamic size")
