@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from exirc.backend.delegation.interface import PartitionGraph, nodes_in_order
+from exirc.backend.delegation.interface import PartitionGraph
 from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.edge.constants import constant_tensor
 
@@ -18,38 +18,35 @@ if TYPE_CHECKING:
 
 def boundary(nodes: list[Node]) -> tuple[list[Node], list[Node]]:
     """The nodes a partition reads from outside it (in first-use order) and the
-    ones of its own that something outside reads (in graph order). A size it
-    reads (a view's `sym_size(x, 1)`) is no input: `sizes_read` are copied in
-    and the tensors they measure are read instead."""
+    ones of its own that something outside reads (in graph order). A size a
+    node reads (a view's `sym_size(x, 1)`) that is a dim of one of its own
+    tensor inputs is no input: `extract` measures it inside."""
     inside = set(nodes)
     inputs: dict[Node, None] = {}
     outputs: list[Node] = []
-    sizes = set(sizes_read(nodes))
-    for node in [*nodes, *sizes]:
+    for node in nodes:
         for used in node.all_input_nodes:
-            if used not in inside and used not in sizes:
+            if used not in inside and size_source(node, used) is None:
                 inputs.setdefault(used)
-        if node in inside and any(user not in inside for user in node.users):
+        if any(user not in inside for user in node.users):
             outputs.append(node)
     return list(inputs), outputs
 
 
-def _is_size(node: Node) -> bool:
-    return node.op == "call_function" and isinstance(node.meta.get("val"), (torch.SymInt, int))
-
-
-def sizes_read(nodes: list[Node]) -> list[Node]:
-    """The size computations outside the partition that its nodes read, in
-    graph order: recomputed inside from the tensors they measure, so a
-    delegate takes tensors only."""
-    inside, found = set(nodes), set()
-    stack = [u for n in nodes for u in n.all_input_nodes if u not in inside and _is_size(u)]
-    while stack:
-        node = stack.pop()
-        if node not in found:
-            found.add(node)
-            stack.extend(u for u in node.all_input_nodes if _is_size(u))
-    return nodes_in_order(found)
+def size_source(node: Node, size: Node) -> tuple[Node, int] | None:
+    """(tensor, dim): where `node` can read the size `size` from one of its own
+    tensor inputs, so a delegate never takes a size (nor a tensor it only
+    measures, often of a dtype the backend does not take); None if `size` is
+    no size or none of node's inputs has it as a dim."""
+    value = size.meta.get("val")
+    if size.op != "call_function" or not isinstance(value, torch.SymInt):
+        return None
+    for tensor in node.all_input_nodes:
+        shape = getattr(tensor.meta.get("val"), "shape", ())
+        for dim, d in enumerate(shape):
+            if isinstance(d, torch.SymInt) and d.node.expr == value.node.expr:
+                return tensor, dim
+    return None
 
 
 def extract(program: ExportedProgram, nodes: list[Node]) -> PartitionGraph:
@@ -65,8 +62,15 @@ def extract(program: ExportedProgram, nodes: list[Node]) -> PartitionGraph:
         value = constant_tensor(program, source)
         if value is not None:
             constants[str(placeholder.target)] = value.detach()
-    for node in [*sizes_read(nodes), *nodes]:
-        env[node] = graph.node_copy(node, lambda n: env[n])
+    for node in nodes:
+        measured: dict[Node, Node] = {}
+        for used in node.all_input_nodes:
+            found = size_source(node, used) if used not in env else None
+            if found is not None:
+                measured[used] = graph.call_function(torch.ops.aten.sym_size.int,
+                                                     (env[found[0]], found[1]))
+                measured[used].meta["val"] = used.meta["val"]
+        env[node] = graph.node_copy(node, lambda n: measured[n] if n in measured else env[n])
     graph.output(tuple(env[o] for o in outputs))
     return PartitionGraph(GraphModule(torch.nn.Module(), graph), constants)
 

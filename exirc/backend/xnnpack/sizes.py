@@ -120,14 +120,16 @@ def reconcile(graphs: Sequence[G.XNNGraph]) -> G.XNNGraph:
                 raise SizeMismatch(f"value {a.id_out} changes kind or rank with the size")
         if first.constant_data != other.constant_data:
             raise SizeMismatch("a constant is computed from a dynamic size")
-    nodes = [_node(first.nodes[i], [g.nodes[i] for g in graphs[1:]])
+    nodes = [_node(first.nodes[i], [g.nodes[i] for g in graphs[1:]], graphs)
              for i in range(len(first.nodes))]
     return replace(first, nodes=nodes)
 
 
-def _node(node: G.Node, others: list[G.Node]) -> G.Node:
+def _node(node: G.Node, others: list[G.Node], graphs: Sequence[G.XNNGraph]) -> G.Node:
     if all(o == node for o in others):
         return node
+    if node.kind == G.NodeKind.STATIC_SLICE and all(o.kind == node.kind for o in others):
+        return _slice(node, [node, *others], graphs)
     if node.kind == G.NodeKind.STATIC_RESHAPE and all(o.kind == node.kind for o in others):
         p = node.params
         assert isinstance(p, G.StaticReshape)
@@ -140,3 +142,25 @@ def _node(node: G.Node, others: list[G.Node]) -> G.Node:
         raise SizeMismatch(f"a reshape to {list(p.new_shape)} has {len(varying)} dims that "
                            "vary with the size; XNNPACK infers one")
     raise SizeMismatch(f"the parameters of a {node.kind.name} node depend on a dynamic size")
+
+
+def _slice(node: G.Node, at: list[G.Node], graphs: Sequence[G.XNNGraph]) -> G.Node:
+    """A slice that takes a dynamic dim whole (offset 0, size the input's dim at
+    every point): size 0 there, which XNNPACK reads as "to the end"."""
+    params = [n.params for n in at]
+    p = params[0]
+    assert isinstance(p, G.StaticSlice)
+    sizes = list(p.sizes)
+    for i in range(len(sizes)):
+        if all(q.sizes[i] == p.sizes[i] for q in params):  # type: ignore[union-attr]
+            continue
+        whole = all(q.offsets[i] == 0  # type: ignore[union-attr]
+                    and q.sizes[i] == g.values[q.input_id].dims[i]  # type: ignore[union-attr]
+                    for q, g in zip(params, graphs))
+        if not whole:
+            raise SizeMismatch("a slice's bounds depend on a dynamic size")
+        sizes[i] = 0
+    same = replace(p, sizes=sizes)
+    if any(replace(q, sizes=sizes) != same for q in params):
+        raise SizeMismatch("a slice's offsets depend on a dynamic size")
+    return replace(node, params=same)

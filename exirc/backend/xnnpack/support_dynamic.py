@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
+from exirc.backend.delegation.cut import size_source
 from exirc.backend.xnnpack.args import arg, as_ints, as_node
 from exirc.backend.xnnpack.sizes import is_dynamic
 from exirc.backend.xnnpack.support_rules import Reason, op_name
@@ -38,6 +39,10 @@ FOLLOWING = frozenset({
 })
 RESHAPES = frozenset({aten.view_copy.default, aten.squeeze_copy.dim, aten.squeeze_copy.dims,
                       aten.squeeze_copy.default, aten.unsqueeze_copy.default})
+# Slices along a static dim; select and unbind also reshape the dim away.
+SLICES = {aten.slice_copy.Tensor: 1, aten.split_with_sizes_copy.default: 2,
+          aten.split_copy.Tensor: 2, aten.select_copy.int: 1, aten.unbind_copy.int: 1}
+DROPPING = (aten.select_copy.int, aten.unbind_copy.int)
 REDUCTIONS = frozenset({aten.mean.dim, aten.sum.dim_IntList})
 
 
@@ -62,6 +67,10 @@ def _val(node: object) -> torch.Tensor:
 def dynamic_reason(node: Node) -> Reason:
     """None when XNNPACK resizes `node` exactly at run time, else why not."""
     target = node.target
+    for used in node.all_input_nodes:
+        if isinstance(used.meta.get("val"), torch.SymInt) and size_source(node, used) is None:
+            return "shape", (f"{op_name(node)} reads the size {used.name}, which is no dim of "
+                             "its tensor inputs; a delegate takes tensors only")
     if target in FOLLOWING:
         return None
     name = op_name(node)
@@ -70,6 +79,16 @@ def dynamic_reason(node: Node) -> Reason:
         if len(dims) > 1:
             return "shape", (f"{name} makes {len(dims)} dynamic dims {list(_val(node).shape)}; "
                              "XNNPACK's reshape infers one dim at run time")
+        return None
+    if target in SLICES:
+        source = _val(node.args[0])
+        dim = arg(node, SLICES[target], "dim", 0) % source.dim()
+        if dim in _dynamic_dims(source):
+            return "shape", (f"{name} slices dynamic dim {dim}; XNNPACK's static slice has "
+                             "fixed bounds (a dynamic dim is taken whole only)")
+        if target in DROPPING and len(_dynamic_dims(source)) > 1:
+            return "shape", (f"{name} reshapes away a dim of a tensor with several dynamic "
+                             "dims; XNNPACK's reshape infers one dim at run time")
         return None
     if target in REDUCTIONS:
         source = _val(node.args[0])
