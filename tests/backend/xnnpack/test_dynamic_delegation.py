@@ -1,0 +1,149 @@
+"""Dynamic (upper-bounded) sequence lengths delegated to XNNPACK (issue 32).
+
+Our files run on ExecuTorch's runtime at every length from 1 to the bound,
+equal to eager: a transformer block and a decoder's prefill with a KV cache.
+What XNNPACK cannot resize stays on the interpreter with a reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+
+import pytest
+import torch
+
+from exirc.backend.xnnpack.sizes import SizeMismatch, reconcile
+from exirc.compiler import CompileOptions, CompileResult, compile_module
+from exirc.inspector.delegates import program_payloads
+from exirc.runtime import load
+from exirc.serialize.xnnpack import graph as G
+from exirc.serialize.xnnpack.reader import deserialize_blob
+from tests.backend.xnnpack.dynamic_models import BOUND, block, block_input, seq_dim
+from tests.oracle import load_with_executorch, requires_executorch
+from tests.state.cache_models import VOCAB, make_decoder
+
+LENGTHS = range(1, BOUND + 1)
+
+
+@functools.cache
+def compiled_block() -> CompileResult:
+    return compile_module(block(), (block_input(5),), dynamic_shapes=({1: seq_dim()},),
+                          options=CompileOptions(target="xnnpack"))
+
+
+def decoder() -> torch.nn.Module:
+    return make_decoder("index_copy", True, False)
+
+
+@functools.cache
+def compiled_decoder() -> CompileResult:
+    example = (torch.tensor([[1, 2, 3, 4]]), torch.arange(4))
+    seq = seq_dim()
+    return compile_module(decoder(), example, dynamic_shapes=({1: seq}, {0: seq}),
+                          options=CompileOptions(target="xnnpack"))
+
+
+def blobs(result: CompileResult) -> list[G.XnnpackBlob]:
+    return [deserialize_blob(p.data) for p in program_payloads(result.program)]
+
+
+def left_out(result: CompileResult) -> dict[str, str]:
+    return {entry.op: entry.reason for entry in result.delegation["forward"].left_out}
+
+
+def test_the_block_is_delegated_but_for_what_xnnpack_cannot_resize() -> None:
+    out = left_out(compiled_block())
+    # Every linear, norm, softmax, matmul and the qkv split run in XNNPACK; the
+    # attention weights' views merge two dynamic dims, which XNNPACK's reshape
+    # cannot infer, so they stay out, saying so.
+    assert set(out) == {"sym_size.int", "view_copy"}, out
+    assert re.fullmatch(r"aten.view_copy.default makes 2 dynamic dims \[(1, )?2, (\w+), \2\]; "
+                        r"XNNPACK's reshape infers one dim at run time", out["view_copy"]), out
+
+
+def test_payloads_carry_upper_bounds_and_infer_the_dynamic_dim() -> None:
+    found = blobs(compiled_block())
+    assert found
+    reshapes = [n.params for b in found for n in b.graph.nodes
+                if n.kind == G.NodeKind.STATIC_RESHAPE]
+    slices = [n.params for b in found for n in b.graph.nodes if n.kind == G.NodeKind.STATIC_SLICE]
+    assert reshapes and all(list(p.new_shape).count(0) == 1 for p in reshapes)  # type: ignore
+    assert len(slices) == 3 and all(list(p.sizes)[1] == 0 for p in slices)  # type: ignore
+    first = found[0].graph
+    assert first.values[first.input_ids[0]].dims == [1, BOUND, 8]
+
+
+@requires_executorch
+@pytest.mark.oracle
+def test_the_block_matches_eager_on_executorch_at_every_length() -> None:
+    from tests.runtime.delegates.xnnpack.zoo import run_with_executorch_runtime
+
+    data, model = compiled_block().data, block()
+    for length in LENGTHS:
+        x = block_input(length)
+        with torch.no_grad():
+            expected = model(x)
+        (theirs,) = run_with_executorch_runtime(data, (x,))
+        torch.testing.assert_close(theirs, expected, rtol=1e-5, atol=1e-5,
+                                   msg=f"length {length}")
+        (ours,) = load(data).run("forward", [x])
+        torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5, msg=f"length {length}")
+
+
+def _prefill_eager(length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    tokens = torch.randint(0, VOCAB, (1, length), generator=torch.Generator().manual_seed(length))
+    positions = torch.arange(length)
+    with torch.no_grad():
+        return tokens, positions, copy.deepcopy(decoder())(tokens, positions)
+
+
+def test_a_decoder_prefill_is_delegated() -> None:
+    out = left_out(compiled_decoder())
+    assert not {"addmm", "bmm", "_softmax", "native_layer_norm"} & set(out), out
+
+
+@requires_executorch
+@pytest.mark.oracle
+def test_a_decoder_prefill_matches_eager_on_both_runtimes_at_every_length() -> None:
+    data = compiled_decoder().data
+    for length in LENGTHS:
+        tokens, positions, expected = _prefill_eager(length)
+        scale = float(expected.abs().max())
+        # Each length on a fresh load: the cache starts empty, as eager's does.
+        theirs = load_with_executorch(data).forward([tokens, positions])[0]
+        ours = load(data).run("forward", [tokens, positions])[0]
+        for name, got in (("ExecuTorch", theirs), ("exirc", ours)):
+            torch.testing.assert_close(got, expected, rtol=0, atol=2e-6 * scale,
+                                       msg=f"{name}, length {length}")
+            assert torch.equal(got[0].argmax(-1), expected[0].argmax(-1)), (name, length)
+
+
+def _reshape_graph(new_shape: list[int]) -> G.XNNGraph:
+    graph = G.XNNGraph()
+    graph.values = [G.TensorValue(G.Datatype.FP32, [1, 6, 8], 0),
+                    G.TensorValue(G.Datatype.FP32, [1, 6, 2, 4], 1)]
+    graph.nodes = [G.Node(G.NodeKind.STATIC_RESHAPE, G.StaticReshape(4, new_shape, 0, 1))]
+    return graph
+
+
+def test_reconcile_infers_one_varying_reshape_dim_and_refuses_two() -> None:
+    graphs = [_reshape_graph([1, n, 2, 4]) for n in (6, 5, 4)]
+    params = reconcile(graphs).nodes[0].params
+    assert isinstance(params, G.StaticReshape) and list(params.new_shape) == [1, 0, 2, 4]
+    with pytest.raises(SizeMismatch, match="2 dims that vary"):
+        reconcile([_reshape_graph([n, n, 2, 4]) for n in (6, 5)])
+
+
+def test_reconcile_refuses_a_slice_whose_offset_varies() -> None:
+    def sliced(offset: int) -> G.XNNGraph:
+        graph = G.XNNGraph()
+        graph.values = [G.TensorValue(G.Datatype.FP32, [1, 6], 0),
+                        G.TensorValue(G.Datatype.FP32, [1, 1], 1)]
+        graph.nodes = [G.Node(G.NodeKind.STATIC_SLICE,
+                              G.StaticSlice(2, [0, offset], [1, 1], 0, 1))]
+        return graph
+
+    with pytest.raises(SizeMismatch, match="offsets depend on a dynamic size"):
+        reconcile([sliced(5), sliced(4)])
