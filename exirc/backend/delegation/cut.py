@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING
 
@@ -70,9 +71,13 @@ def extract(program: ExportedProgram, nodes: list[Node]) -> PartitionGraph:
                 measured[used] = graph.call_function(torch.ops.aten.sym_size.int,
                                                      (env[found[0]], found[1]))
                 measured[used].meta["val"] = used.meta["val"]
-        env[node] = graph.node_copy(node, lambda n: measured[n] if n in measured else env[n])
+        env[node] = graph.node_copy(node, functools.partial(_argument, measured, env))
     graph.output(tuple(env[o] for o in outputs))
     return PartitionGraph(GraphModule(torch.nn.Module(), graph), constants)
+
+
+def _argument(measured: dict[Node, Node], env: dict[Node, Node], node: Node) -> Node:
+    return measured[node] if node in measured else env[node]
 
 
 def replace(program: ExportedProgram, nodes: list[Node], lowered: LoweredDelegate) -> Node:

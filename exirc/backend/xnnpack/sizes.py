@@ -22,9 +22,11 @@ the comparison guarantees it.
 from __future__ import annotations
 
 import contextlib
+import operator
 import contextvars
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 import torch
 
@@ -66,7 +68,7 @@ def concrete(dims: Sequence[object]) -> list[int]:
                       for s in expr.free_symbols}
             out.append(int(expr.subs(values)))
         else:
-            out.append(int(d))
+            out.append(operator.index(d))  # type: ignore[arg-type]
     return out
 
 
@@ -128,39 +130,50 @@ def reconcile(graphs: Sequence[G.XNNGraph]) -> G.XNNGraph:
 def _node(node: G.Node, others: list[G.Node], graphs: Sequence[G.XNNGraph]) -> G.Node:
     if all(o == node for o in others):
         return node
-    if node.kind == G.NodeKind.STATIC_SLICE and all(o.kind == node.kind for o in others):
-        return _slice(node, [node, *others], graphs)
-    if node.kind == G.NodeKind.STATIC_RESHAPE and all(o.kind == node.kind for o in others):
-        p = node.params
-        assert isinstance(p, G.StaticReshape)
-        shapes = [o.params.new_shape for o in others]  # type: ignore[union-attr]
-        varying = [i for i, d in enumerate(p.new_shape) if any(s[i] != d for s in shapes)]
-        same = replace(p, new_shape=[0 if i in varying else d for i, d in enumerate(p.new_shape)])
-        rest = [replace(o.params, new_shape=same.new_shape) for o in others]
-        if len(varying) == 1 and 0 not in p.new_shape and all(r == same for r in rest):
-            return replace(node, params=same)
-        raise SizeMismatch(f"a reshape to {list(p.new_shape)} has {len(varying)} dims that "
-                           "vary with the size; XNNPACK infers one")
+    if any(o.kind != node.kind for o in others):
+        raise SizeMismatch(f"a {node.kind.name} node changes kind with the size")
+    if node.kind == G.NodeKind.STATIC_SLICE:
+        return replace(node, params=_slice(_params(G.StaticSlice, node, others), graphs))
+    if node.kind == G.NodeKind.STATIC_RESHAPE:
+        return replace(node, params=_reshape(_params(G.StaticReshape, node, others)))
     raise SizeMismatch(f"the parameters of a {node.kind.name} node depend on a dynamic size")
 
 
-def _slice(node: G.Node, at: list[G.Node], graphs: Sequence[G.XNNGraph]) -> G.Node:
+P = TypeVar("P")
+
+
+def _params(kind: type[P], node: G.Node, others: list[G.Node]) -> list[P]:
+    """The parameters of one node as built at each size point."""
+    found = [n.params for n in (node, *others)]
+    assert all(isinstance(p, kind) for p in found)
+    return found  # type: ignore[return-value]
+
+
+def _reshape(at: list[G.StaticReshape]) -> G.StaticReshape:
+    """A reshape whose new shape varies in one entry: 0 there (inferred)."""
+    first = list(at[0].new_shape)
+    varying = [i for i, d in enumerate(first) if any(p.new_shape[i] != d for p in at)]
+    shape = [0 if i in varying else d for i, d in enumerate(first)]
+    same = replace(at[0], new_shape=shape)
+    if len(varying) == 1 and 0 not in first \
+            and all(replace(p, new_shape=shape) == same for p in at):
+        return same
+    raise SizeMismatch(f"a reshape to {first} has {len(varying)} dims that vary with the "
+                       "size; XNNPACK infers one")
+
+
+def _slice(at: list[G.StaticSlice], graphs: Sequence[G.XNNGraph]) -> G.StaticSlice:
     """A slice that takes a dynamic dim whole (offset 0, size the input's dim at
     every point): size 0 there, which XNNPACK reads as "to the end"."""
-    params = [n.params for n in at]
-    p = params[0]
-    assert isinstance(p, G.StaticSlice)
-    sizes = list(p.sizes)
-    for i in range(len(sizes)):
-        if all(q.sizes[i] == p.sizes[i] for q in params):  # type: ignore[union-attr]
+    sizes = list(at[0].sizes)
+    for i, size in enumerate(at[0].sizes):
+        if all(p.sizes[i] == size for p in at):
             continue
-        whole = all(q.offsets[i] == 0  # type: ignore[union-attr]
-                    and q.sizes[i] == g.values[q.input_id].dims[i]  # type: ignore[union-attr]
-                    for q, g in zip(params, graphs))
-        if not whole:
+        if not all(p.offsets[i] == 0 and p.sizes[i] == g.values[p.input_id].dims[i]
+                   for p, g in zip(at, graphs)):
             raise SizeMismatch("a slice's bounds depend on a dynamic size")
         sizes[i] = 0
-    same = replace(p, sizes=sizes)
-    if any(replace(q, sizes=sizes) != same for q in params):
+    same = replace(at[0], sizes=sizes)
+    if any(replace(p, sizes=sizes) != same for p in at):
         raise SizeMismatch("a slice's offsets depend on a dynamic size")
-    return replace(node, params=same)
+    return same

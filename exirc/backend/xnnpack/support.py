@@ -3,9 +3,10 @@ delegate can run, and why the others cannot.
 
 The checks run in a fixed order, so a node gets the most basic reason:
 "op" (XNNPACK has no operator for it, and it cannot be built from ones it
-has), "dtype" (float32, and pt2e's int8 quantized tensors), "shape" (non-empty, of rank <= 6,
-dynamic dims only where XNNPACK resizes the operator: `support_dynamic`), then "constraint" (an argument XNNPACK's operator
-cannot take, from `support_rules`). A node it takes is one `serializer.py`
+has), "dtype" (float32, and pt2e's int8 quantized tensors), "shape"
+(non-empty, of rank <= 6, dynamic dims only where XNNPACK resizes the
+operator: `support_dynamic`), then "constraint" (an argument XNNPACK's
+operator cannot take, from `support_rules`). A node it takes is one `serializer.py`
 has an emitter for; a test keeps the two tables in step. Quantized graphs
 (pt2e's quantize/dequantize nodes) are judged group by group: see
 `support_quant`. A dynamically quantized linear layer (8da4w / 8da8w:
