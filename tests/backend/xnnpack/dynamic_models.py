@@ -43,6 +43,23 @@ class Block(nn.Module):
         return x + self.down(nn.functional.silu(self.up(self.norm2(x))))
 
 
+class Ops(nn.Module):
+    """More operators over a dynamic dim: cat along it (a derived 2*seq) and
+    along a static dim, a GQA-style expand of a static dim, a mean, a sum,
+    GELU, tanh, division."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        heads = x.view(1, -1, HEADS, HEAD_DIM).permute(0, 2, 1, 3)
+        repeated = heads[:, :, None].expand(1, HEADS, 3, heads.shape[2], HEAD_DIM)
+        mixed = nn.functional.gelu(self.linear(y)) / 3 - x.sum(-1, keepdim=True)
+        return (torch.cat([x, y], dim=1) * 2, torch.cat([x, torch.tanh(y)], dim=-1).mean(-1),
+                repeated.reshape(1, 3 * HEADS, heads.shape[2], HEAD_DIM) + 1, mixed)
+
+
 def block() -> Block:
     torch.manual_seed(11)
     return Block().eval()

@@ -20,7 +20,7 @@ from exirc.inspector.delegates import program_payloads
 from exirc.runtime import load
 from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.reader import deserialize_blob
-from tests.backend.xnnpack.dynamic_models import BOUND, block, block_input, seq_dim
+from tests.backend.xnnpack.dynamic_models import BOUND, Ops, block, block_input, seq_dim
 from tests.oracle import load_with_executorch, requires_executorch
 from tests.state.cache_models import VOCAB, make_decoder
 
@@ -90,6 +90,28 @@ def test_the_block_matches_eager_on_executorch_at_every_length() -> None:
                                    msg=f"length {length}")
         (ours,) = load(data).run("forward", [x])
         torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5, msg=f"length {length}")
+
+
+@requires_executorch
+@pytest.mark.oracle
+def test_more_operators_are_delegated_and_match_eager_at_every_length() -> None:
+    from tests.runtime.delegates.xnnpack.zoo import run_with_executorch_runtime
+
+    torch.manual_seed(3)
+    model, seq = Ops().eval(), seq_dim()
+    result = compile_module(model, (block_input(5), 2 * block_input(5) - 1),
+                            dynamic_shapes=({1: seq}, {1: seq}),
+                            options=CompileOptions(target="xnnpack"))
+    assert set(left_out(result)) == {"sym_size.int"}
+    for length in LENGTHS:
+        inputs = (block_input(length), 2 * block_input(length) - 1)
+        with torch.no_grad():
+            expected = model(*inputs)
+        for name, got in (("ExecuTorch", run_with_executorch_runtime(result.data, inputs)),
+                          ("exirc", load(result.data).run("forward", list(inputs)))):
+            for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5,
+                                           msg=f"{name}, length {length}, output {i}")
 
 
 def _prefill_eager(length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
