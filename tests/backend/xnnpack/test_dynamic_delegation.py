@@ -22,7 +22,7 @@ from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.reader import deserialize_blob
 from tests.backend.xnnpack.dynamic_models import BOUND, Ops, block, block_input, seq_dim
 from tests.oracle import load_with_executorch, requires_executorch
-from tests.state.cache_models import VOCAB, make_decoder
+from tests.state.cache_models import VOCAB, eager_tokens, generate, make_decoder
 
 LENGTHS = range(1, BOUND + 1)
 
@@ -49,8 +49,8 @@ def blobs(result: CompileResult) -> list[G.XnnpackBlob]:
     return [deserialize_blob(p.data) for p in program_payloads(result.program)]
 
 
-def left_out(result: CompileResult) -> dict[str, str]:
-    return {entry.op: entry.reason for entry in result.delegation["forward"].left_out}
+def left_out(result: CompileResult, method: str = "forward") -> dict[str, str]:
+    return {entry.op: entry.reason for entry in result.delegation[method].left_out}
 
 
 def test_the_block_is_delegated_but_for_what_xnnpack_cannot_resize() -> None:
@@ -140,6 +140,31 @@ def test_a_decoder_prefill_matches_eager_on_both_runtimes_at_every_length() -> N
             torch.testing.assert_close(got, expected, rtol=0, atol=2e-6 * scale,
                                        msg=f"{name}, length {length}")
             assert torch.equal(got[0].argmax(-1), expected[0].argmax(-1)), (name, length)
+
+
+@requires_executorch
+@pytest.mark.oracle
+def test_a_dynamic_prefill_and_decode_generate_the_eager_tokens() -> None:
+    """Prefill (dynamic, delegated) and decode sharing the cache: 16 greedy
+    tokens after prompts of 1, 5 and 8 tokens, equal to eager on both runtimes."""
+    from executorch.runtime import Runtime
+
+    model, seq = decoder(), seq_dim()
+    step = (torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+    prompt = (torch.zeros(1, 4, dtype=torch.int64), torch.arange(4))
+    result = compile_module(model, step,
+                            methods={"prefill": (model, prompt, ({1: seq}, {0: seq}))},
+                            options=CompileOptions(target="xnnpack"))
+    assert "addmm" not in left_out(result, "prefill")
+    for length in (1, 5, BOUND):
+        tokens = [(7 * i + 3) % VOCAB for i in range(length)]
+        expected = eager_tokens(model, tokens, 16)
+        ours = load(result.data)
+        assert generate(lambda m, *inputs: ours.run(m, list(inputs))[0], tokens, 16) == expected
+        program = Runtime.get().load_program(result.data)
+        methods = {name: program.load_method(name) for name in ("prefill", "forward")}
+        assert generate(lambda m, *inputs: methods[m].execute(inputs)[0], tokens,
+                        16) == expected, length
 
 
 def _reshape_graph(new_shape: list[int]) -> G.XNNGraph:

@@ -40,6 +40,7 @@ def test_exircs_dynamic_payloads_at_every_length(engine: str) -> None:
 
 @requires_executorch
 @pytest.mark.oracle
+@pytest.mark.slow  # ExecuTorch's lowering, once per session
 def test_executorchs_dynamic_payloads_at_every_length(engine: str) -> None:
     data = executorch_block_pte()
     _check(data, engine)
