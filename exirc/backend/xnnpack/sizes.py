@@ -22,8 +22,8 @@ the comparison guarantees it.
 from __future__ import annotations
 
 import contextlib
-import operator
 import contextvars
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TypeVar

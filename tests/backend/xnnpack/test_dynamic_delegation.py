@@ -22,7 +22,7 @@ from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.reader import deserialize_blob
 from tests.backend.xnnpack.dynamic_models import BOUND, Ops, block, block_input, seq_dim
 from tests.oracle import load_with_executorch, requires_executorch
-from tests.state.cache_models import VOCAB, eager_tokens, generate, make_decoder
+from tests.state.cache_models import VOCAB, Step, eager_tokens, generate, make_decoder
 
 LENGTHS = range(1, BOUND + 1)
 
@@ -147,8 +147,6 @@ def test_a_decoder_prefill_matches_eager_on_both_runtimes_at_every_length() -> N
 def test_a_dynamic_prefill_and_decode_generate_the_eager_tokens() -> None:
     """Prefill (dynamic, delegated) and decode sharing the cache: 16 greedy
     tokens after prompts of 1, 5 and 8 tokens, equal to eager on both runtimes."""
-    from executorch.runtime import Runtime
-
     model, seq = decoder(), seq_dim()
     step = (torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
     prompt = (torch.zeros(1, 4, dtype=torch.int64), torch.arange(4))
@@ -159,12 +157,21 @@ def test_a_dynamic_prefill_and_decode_generate_the_eager_tokens() -> None:
     for length in (1, 5, BOUND):
         tokens = [(7 * i + 3) % VOCAB for i in range(length)]
         expected = eager_tokens(model, tokens, 16)
-        ours = load(result.data)
-        assert generate(lambda m, *inputs: ours.run(m, list(inputs))[0], tokens, 16) == expected
-        program = Runtime.get().load_program(result.data)
-        methods = {name: program.load_method(name) for name in ("prefill", "forward")}
-        assert generate(lambda m, *inputs: methods[m].execute(inputs)[0], tokens,
-                        16) == expected, length
+        assert generate(_on_exirc(result.data), tokens, 16) == expected, length
+        assert generate(_on_executorch(result.data), tokens, 16) == expected, length
+
+
+def _on_exirc(data: bytes) -> Step:
+    program = load(data)
+    return lambda method, *inputs: program.run(method, list(inputs))[0]
+
+
+def _on_executorch(data: bytes) -> Step:
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(data)
+    methods = {name: program.load_method(name) for name in ("prefill", "forward")}
+    return lambda method, *inputs: methods[method].execute(inputs)[0]
 
 
 def _reshape_graph(new_shape: list[int]) -> G.XNNGraph:
