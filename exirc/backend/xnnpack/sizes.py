@@ -10,8 +10,8 @@ reshape's new shape (where a 0 is the one dim XNNPACK infers from the
 input's element count), a slice's sizes, a constant computed from a size.
 
 The emitters work on plain ints. So a partition with dynamic dims is built
-once per size point (every symbol at its upper bound, then at other values
-in range) and the graphs are compared (`reconcile`): values keep the
+once per size point (every symbol at its upper bound, then at other sizes)
+and the graphs are compared (`reconcile`): values keep the
 upper-bound dims; a reshape whose new shape differs between points in one
 entry gets a 0 there; anything else that differs means the graph depends on
 a size in a way XNNPACK cannot follow, and is refused. `XnnpackSupport`
@@ -86,27 +86,35 @@ def at_point(point: dict[object, int]) -> Iterator[None]:
 
 
 def size_points(vals: Iterable[torch.Tensor]) -> list[dict[object, int]]:
-    """Up to `POINTS` assignments of the symbols of `vals`, the first at every
-    upper bound. The others avoid 1 and the static sizes the partition has
-    (a dim equal to another by chance could change how the emitters lay a
-    value out), so the graphs differ only where a size flows."""
-    static: set[int] = set()
-    ranges: dict[object, tuple[int, int]] = {}
+    """`POINTS` assignments of the symbols of `vals`: every upper bound (the
+    graph that is written), then sizes past the bounds, for comparison only
+    (a bound may be 2, leaving no other size in range that is not 1, and a
+    dim of 1 changes how the emitters lay values out). Those sizes avoid the
+    partition's static sizes and each other, so the graphs differ only where
+    a size flows."""
+    taken: set[int] = {1}
+    uppers: dict[object, int] = {}
     for val in vals:
         for d in val.shape:
             if isinstance(d, torch.SymInt):
-                for s in d.node.expr.free_symbols:
-                    ranges[s] = bounds(d, s)
+                for symbol in d.node.expr.free_symbols:
+                    uppers[symbol] = bounds(d, symbol)[1]
             else:
-                static.add(int(d))
-    if not ranges:
+                taken.add(int(d))
+    if not uppers:
         return []
-    choices = {}
-    for s, (low, high) in ranges.items():
-        options = [v for v in range(high, max(low, 2) - 1, -1) if v not in static or v == high]
-        choices[s] = options[:POINTS]
-    count = max(len(c) for c in choices.values())
-    return [{s: c[min(i, len(c) - 1)] for s, c in choices.items()} for i in range(count)]
+    points = [dict(uppers)]
+    taken |= set(uppers.values())
+    for _ in range(POINTS - 1):
+        point = {}
+        for symbol, upper in uppers.items():
+            size = upper + 1
+            while size in taken:
+                size += 1
+            point[symbol] = size
+            taken.add(size)
+        points.append(point)
+    return points
 
 
 def reconcile(graphs: Sequence[G.XNNGraph]) -> G.XNNGraph:

@@ -114,6 +114,28 @@ def test_more_operators_are_delegated_and_match_eager_at_every_length() -> None:
                                            msg=f"{name}, length {length}, output {i}")
 
 
+@requires_executorch
+@pytest.mark.oracle
+def test_a_bound_of_two_still_infers_the_dynamic_dim() -> None:
+    """With max=2 the only other length in range is 1: the payload's reshapes
+    must still infer the length, not keep 2."""
+    from tests.runtime.delegates.xnnpack.zoo import run_with_executorch_runtime
+
+    model = block()
+    result = compile_module(model, (block_input(2),),
+                            dynamic_shapes=({1: torch.export.Dim("seq", min=1, max=2)},),
+                            options=CompileOptions(target="xnnpack"))
+    reshapes = [n.params for b in blobs(result) for n in b.graph.nodes
+                if n.kind == G.NodeKind.STATIC_RESHAPE]
+    assert reshapes and all(0 in p.new_shape for p in reshapes)  # type: ignore[union-attr]
+    for length in (1, 2):
+        x = block_input(length)
+        with torch.no_grad():
+            expected = model(x)
+        (theirs,) = run_with_executorch_runtime(result.data, (x,))
+        torch.testing.assert_close(theirs, expected, rtol=1e-5, atol=1e-5)
+
+
 def _prefill_eager(length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     tokens = torch.randint(0, VOCAB, (1, length), generator=torch.Generator().manual_seed(length))
     positions = torch.arange(length)
