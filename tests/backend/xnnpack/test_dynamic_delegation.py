@@ -193,7 +193,11 @@ def _on_executorch(data: bytes) -> Step:
 
     program = Runtime.get().load_program(data)
     methods = {name: program.load_method(name) for name in ("prefill", "forward")}
-    return lambda method, *inputs: methods[method].execute(inputs)[0]
+
+    def step(method: str, *inputs: torch.Tensor) -> torch.Tensor:
+        assert program is not None  # the methods live only as long as their program
+        return methods[method].execute(inputs)[0]
+    return step
 
 
 def _reshape_graph(new_shape: list[int]) -> G.XNNGraph:
