@@ -43,6 +43,9 @@ RESHAPES = frozenset({aten.view_copy.default, aten.squeeze_copy.dim, aten.squeez
 SLICES = {aten.slice_copy.Tensor: 1, aten.split_with_sizes_copy.default: 2,
           aten.split_copy.Tensor: 2, aten.select_copy.int: 1, aten.unbind_copy.int: 1}
 DROPPING = (aten.select_copy.int, aten.unbind_copy.int)
+# Operators whose size arguments give their result's shape, which the payload
+# takes from the result itself.
+SHAPED = RESHAPES | {aten.expand_copy.default}
 REDUCTIONS = frozenset({aten.mean.dim, aten.sum.dim_IntList})
 
 
@@ -66,11 +69,26 @@ def _val(node: object) -> torch.Tensor:
 
 def dynamic_reason(node: Node) -> Reason:
     """None when XNNPACK resizes `node` exactly at run time, else why not."""
+    return _operator(node) or _sizes_read(node)
+
+
+def _sizes_read(node: Node) -> Reason:
+    """Sizes are taken as shape arguments only, from a dim of the node's own
+    inputs (`cut.size_source` measures them inside the delegate)."""
     target = node.target
     for used in node.all_input_nodes:
-        if isinstance(used.meta.get("val"), torch.SymInt) and size_source(node, used) is None:
+        if not isinstance(used.meta.get("val"), torch.SymInt):
+            continue
+        if target not in SHAPED:  # a size used as a number: not a tensor XNNPACK reads
+            return "shape", f"{op_name(node)} computes with the size {used.name}"
+        if size_source(node, used) is None:
             return "shape", (f"{op_name(node)} reads the size {used.name}, which is no dim of "
                              "its tensor inputs; a delegate takes tensors only")
+    return None
+
+
+def _operator(node: Node) -> Reason:
+    target = node.target
     if target in FOLLOWING:
         return None
     name = op_name(node)

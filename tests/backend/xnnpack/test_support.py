@@ -94,6 +94,14 @@ def test_a_reshape_with_two_dynamic_dims_is_a_shape_rejection() -> None:
     assert only(found, "mul") is None
 
 
+def test_a_size_used_as_a_number_is_a_shape_rejection() -> None:
+    batch = torch.export.Dim("batch", min=2, max=16)
+    found = decisions(Lambda(lambda m, x: x * x.shape[0]), torch.randn(4, 3),
+                      dynamic_shapes=(({0: batch},),))
+    category, reason = only(found, "mul")
+    assert category == "shape" and reason.startswith("aten.mul.Tensor computes with the size ")
+
+
 def test_a_layer_norm_over_a_dynamic_dim_is_a_shape_rejection() -> None:
     width = torch.export.Dim("width", max=8)
     found = decisions(Lambda(lambda m, x: F.layer_norm(x, x.shape[-1:])), torch.randn(2, 4),
