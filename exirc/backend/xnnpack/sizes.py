@@ -72,6 +72,17 @@ def concrete(dims: Sequence[object]) -> list[int]:
     return out
 
 
+def may_be_empty(val: torch.Tensor, lower: dict[object, int]) -> object | None:
+    """A dynamic dim of `val` that is 0 with every symbol at its lower bound
+    (`lower`: the program's range constraints), else None."""
+    for d in val.shape:
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            if int(expr.subs({s: lower.get(s, 1) for s in expr.free_symbols})) <= 0:
+                return d
+    return None
+
+
 def is_dynamic(val: object) -> bool:
     return isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in val.shape)
 

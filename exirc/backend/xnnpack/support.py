@@ -29,7 +29,7 @@ from exirc.backend.xnnpack.args import CREATORS, created
 from exirc.backend.xnnpack.dynamic_linear import match_dynamic_linear, match_weight_only_linear
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
-from exirc.backend.xnnpack.sizes import concrete
+from exirc.backend.xnnpack.sizes import concrete, may_be_empty
 from exirc.backend.xnnpack.support_dynamic import dynamic_reason, has_dynamic_shape
 from exirc.backend.xnnpack.support_nn import NN_RULES, convolution_geometry
 from exirc.backend.xnnpack.support_quant import QUANT_RULES, decide, is_quantized_graph
@@ -58,9 +58,11 @@ class XnnpackSupport:
     def __init__(self) -> None:
         self._decided: tuple[Graph, int, dict[Node, Reason] | None] | None = None
         self._dynamic: tuple[Graph, int, dict[Node, Node]] | None = None
+        self._lower: dict[object, int] = {}  # each size symbol's lower bound
 
     def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
         facts = Facts(lambda n: _constant(program, n))
+        self._lower = {s: int(r.lower) for s, r in program.range_constraints.items()}
         root = self._dynamic_linears(program, facts).get(node)
         if root is not None:  # judged as its layer: the float input and result
             found = _shape(root, facts)
@@ -118,7 +120,7 @@ class XnnpackSupport:
         rule = ALL_RULES.get(node.target)
         if rule is None:
             return "op", f"XNNPACK has no operator for {op_name(node)}"
-        found = _dtype(node, facts) or _shape(node, facts, dynamic=True)
+        found = _dtype(node, facts) or _shape(node, facts, self._lower)
         if found is None and has_dynamic_shape(node):
             found = dynamic_reason(node)
         return found or rule(node, facts)
@@ -189,18 +191,26 @@ def _dtype(node: Node, facts: Facts) -> tuple[str, str] | None:
     return None
 
 
-def _shape(node: Node, facts: Facts, dynamic: bool = False) -> tuple[str, str] | None:
-    """Shapes XNNPACK takes: rank <= 6, not empty; dynamic dims (upper-bounded)
-    only where `dynamic` (then `support_dynamic` judges the operator)."""
+def _shape(node: Node, facts: Facts, lower: dict[object, int] | None = None
+           ) -> tuple[str, str] | None:
+    """Shapes XNNPACK takes: rank <= 6, never empty; dynamic dims only given
+    their symbols' `lower` bounds (then `support_dynamic` judges the
+    operator): ExecuTorch's XNNPACK runtime fails a call with an empty input,
+    so a dim whose range starts at 0 stays on the interpreter."""
     tensors = [(f"input {a.name}", a.meta.get("val")) for a in node.all_input_nodes
                if not facts.is_constant(a)]
     tensors += [("its result", v) for v in _vals(node)]
     for name, val in tensors:
         if not isinstance(val, torch.Tensor):
             continue
-        if not dynamic and not all(isinstance(d, int) for d in val.shape):
-            return "shape", (f"{name} has a dynamic shape {list(val.shape)}; XNNPACK payloads "
-                             "are built for static shapes here (quantized layers)")
+        if lower is None and not all(isinstance(d, int) for d in val.shape):
+            return "shape", (f"{name} has a dynamic shape {list(val.shape)}; this kind of "
+                             "node is built for static shapes only")
+        empty = None if lower is None else may_be_empty(val, lower)
+        if empty is not None:
+            return "shape", (f"{name} may be empty: its dim {empty} can be 0, and XNNPACK "
+                             "takes no empty tensors; give the dim min=1 "
+                             "(torch.export.Dim(..., min=1, max=...))")
         if val.dim() > MAX_RANK:
             return "shape", f"{name} has rank {val.dim()}; XNNPACK takes at most {MAX_RANK}"
         if 0 in concrete(val.shape):
