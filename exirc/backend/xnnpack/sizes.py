@@ -7,13 +7,15 @@ graph (its outputs are then resized). So a payload with dynamic dims is an
 ordinary payload whose values carry each dim's upper bound; what XNNPACK
 cannot propagate are numbers an operator keeps in its parameters: a
 reshape's new shape (where a 0 is the one dim XNNPACK infers from the
-input's element count), a slice's sizes, a constant computed from a size.
+input's element count), a slice's sizes (where a 0 is "to the end"), a
+constant computed from a size.
 
 The emitters work on plain ints. So a partition with dynamic dims is built
 once per size point (every symbol at its upper bound, then at other sizes)
 and the graphs are compared (`reconcile`): values keep the
 upper-bound dims; a reshape whose new shape differs between points in one
-entry gets a 0 there; anything else that differs means the graph depends on
+entry gets a 0 there, and so does a slice size that is the whole of a
+dynamic dim at every point; anything else that differs means the graph depends on
 a size in a way XNNPACK cannot follow, and is refused. `XnnpackSupport`
 takes only operators whose emitters stay within that (`support_dynamic`);
 the comparison guarantees it.
@@ -34,20 +36,11 @@ from exirc.serialize.xnnpack import graph as G
 
 _POINT: contextvars.ContextVar[dict[object, int] | None] = contextvars.ContextVar(
     "xnnpack_size_point", default=None)
-POINTS = 3  # sizes the graph is built at: a dim in one reshape entry varies at two of them
+POINTS = 3  # the upper bounds and two more: what a size flows into differs between them
 
 
 class SizeMismatch(Exception):
     """The graphs built at two size points differ beyond a reshape's inferred dim."""
-
-
-def symbols(dims: Iterable[object]) -> set[object]:
-    """The size symbols the dims of a shape are expressions of."""
-    found: set[object] = set()
-    for d in dims:
-        if isinstance(d, torch.SymInt):
-            found |= set(d.node.expr.free_symbols)
-    return found
 
 
 def bounds(d: torch.SymInt, symbol: object) -> tuple[int, int]:

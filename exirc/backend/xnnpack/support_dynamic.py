@@ -5,12 +5,13 @@ XNNPACK recomputes every value's shape from them, operator by operator
 (`sizes` says how a payload is built for it). That is exact for operators
 whose shapes follow from their inputs alone: elementwise ones, matrix
 products, softmax, transposes, concatenation, reductions and normalization
-over static dims. It is not for those whose payload parameters hold a size:
-a slice's or a pad's sizes, a reshape with more than one dynamic dim (XNNPACK
-infers only one), an expand or repeat of a dynamic dim, convolutions and
-pooling (left out: not yet checked against ExecuTorch's runtime). Those stay
-outside the delegate, with the reason this module gives.
-"""
+over static dims, slices along a static dim (a dynamic dim is taken whole),
+reshapes with one dynamic dim (the one XNNPACK infers). It is not for those
+whose payload parameters would hold a size: a slice along a dynamic dim, a
+pad, a reshape with more than one dynamic dim, an expand or repeat of a
+dynamic dim, a size used as a number; convolutions and pooling are left out
+too (not yet checked against ExecuTorch's runtime). Those stay outside the
+delegate, with the reason this module gives."""
 
 from __future__ import annotations
 
