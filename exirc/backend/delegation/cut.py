@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING
 
@@ -18,17 +19,35 @@ if TYPE_CHECKING:
 
 def boundary(nodes: list[Node]) -> tuple[list[Node], list[Node]]:
     """The nodes a partition reads from outside it (in first-use order) and the
-    ones of its own that something outside reads (in graph order)."""
+    ones of its own that something outside reads (in graph order). A size a
+    node reads (a view's `sym_size(x, 1)`) that is a dim of one of its own
+    tensor inputs is no input: `extract` measures it inside."""
     inside = set(nodes)
     inputs: dict[Node, None] = {}
     outputs: list[Node] = []
     for node in nodes:
         for used in node.all_input_nodes:
-            if used not in inside:
+            if used not in inside and size_source(node, used) is None:
                 inputs.setdefault(used)
         if any(user not in inside for user in node.users):
             outputs.append(node)
     return list(inputs), outputs
+
+
+def size_source(node: Node, size: Node) -> tuple[Node, int] | None:
+    """(tensor, dim): where `node` can read the size `size` from one of its own
+    tensor inputs, so a delegate never takes a size (nor a tensor it only
+    measures, often of a dtype the backend does not take); None if `size` is
+    no size or none of node's inputs has it as a dim."""
+    value = size.meta.get("val")
+    if size.op != "call_function" or not isinstance(value, torch.SymInt):
+        return None
+    for tensor in node.all_input_nodes:
+        shape = getattr(tensor.meta.get("val"), "shape", ())
+        for dim, d in enumerate(shape):
+            if isinstance(d, torch.SymInt) and d.node.expr == value.node.expr:
+                return tensor, dim
+    return None
 
 
 def extract(program: ExportedProgram, nodes: list[Node]) -> PartitionGraph:
@@ -45,9 +64,20 @@ def extract(program: ExportedProgram, nodes: list[Node]) -> PartitionGraph:
         if value is not None:
             constants[str(placeholder.target)] = value.detach()
     for node in nodes:
-        env[node] = graph.node_copy(node, lambda n: env[n])
+        measured: dict[Node, Node] = {}
+        for used in node.all_input_nodes:
+            found = size_source(node, used) if used not in env else None
+            if found is not None:
+                measured[used] = graph.call_function(torch.ops.aten.sym_size.int,
+                                                     (env[found[0]], found[1]))
+                measured[used].meta["val"] = used.meta["val"]
+        env[node] = graph.node_copy(node, functools.partial(_argument, measured, env))
     graph.output(tuple(env[o] for o in outputs))
     return PartitionGraph(GraphModule(torch.nn.Module(), graph), constants)
+
+
+def _argument(measured: dict[Node, Node], env: dict[Node, Node], node: Node) -> Node:
+    return measured[node] if node in measured else env[node]
 
 
 def replace(program: ExportedProgram, nodes: list[Node], lowered: LoweredDelegate) -> Node:

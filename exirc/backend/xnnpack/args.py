@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch.fx import Node
 
+from exirc.backend.xnnpack.sizes import concrete
+
 aten = torch.ops.aten
 CREATORS = (aten.full.default, aten.full_like.default, aten.scalar_tensor.default)
 
@@ -55,11 +57,12 @@ def pair(value: Any, default: int) -> list[int]:
 
 
 def shape(value: Any) -> list[int]:
-    """The logical shape of a node's tensor (output 0 of a multi-output node)."""
+    """The logical shape of a node's tensor (output 0 of a multi-output node);
+    a dynamic dim at the size point being built (`sizes`)."""
     val = as_node(value).meta["val"]
     if isinstance(val, (tuple, list)):
         val = val[0]
-    return [int(d) for d in val.shape]
+    return concrete(val.shape)
 
 
 def created(node: Node) -> torch.Tensor | None:

@@ -32,6 +32,7 @@ from exirc.backend.xnnpack.builder import GraphBuilder
 from exirc.backend.xnnpack.compact import compact
 from exirc.backend.xnnpack.lower_elementwise import Emitter
 from exirc.backend.xnnpack.lower_patterns import find_patterns
+from exirc.backend.xnnpack.sizes import SizeMismatch, at_point, reconcile, size_points
 from exirc.errors import InternalError
 from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.writer import serialize_blob
@@ -54,7 +55,7 @@ EMITTERS: dict[object, Emitter] = {
 
 class XnnpackBackend:
     """Backend -> payload: a partition of Backend-dialect nodes (float32,
-    static shapes, as XnnpackSupport chose them) becomes an XNNPACK graph,
+    static or upper-bounded shapes, as XnnpackSupport chose them) becomes an XNNPACK graph,
     serialized with its weights in the program's named data."""
 
     backend_id = BACKEND_ID
@@ -69,13 +70,47 @@ class XnnpackBackend:
 
 
 def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
-    """The XNNPACK graph of `partition`, and the builder (its weights, its counts)."""
+    """The XNNPACK graph of `partition`, and the builder (its weights, its counts).
+
+    A partition with dynamic dims is built at each of `sizes.size_points` and
+    the graphs reconciled: upper-bound dims, a 0 where a reshape infers the
+    dynamic one."""
+    vals = [v for n in partition.graph_module.graph.nodes
+            for v in _tensor_vals(n.meta.get("val"))]
+    points = size_points(vals)
+    if not points:
+        return _build(partition)
+    built = []
+    for point in points:
+        with at_point(point):
+            built.append(_build(partition, compacted=False))
+    try:
+        graph = reconcile([blob.graph for blob, _ in built])
+    except SizeMismatch as mismatch:
+        raise InternalError(f"xnnpack: a partition with dynamic shapes cannot be built: "
+                            f"{mismatch}; XnnpackSupport should not have taken it, please "
+                            "report") from mismatch
+    b = built[0][1]
+    b.graph = graph
+    compact(graph, b.named_data)
+    return G.XnnpackBlob(graph), b
+
+
+def _tensor_vals(val: object) -> list[torch.Tensor]:
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    return [v for v in vals if isinstance(v, torch.Tensor)]
+
+
+def _build(partition: PartitionGraph, compacted: bool = True
+           ) -> tuple[G.XnnpackBlob, GraphBuilder]:
     b = GraphBuilder(dict(partition.constants))
     inputs = partition.runtime_inputs
     for external_id, placeholder in enumerate(inputs):
         b.external_input(placeholder, external_id)
     lower_quant.quantize_inputs(b, inputs)
-    calls = [n for n in partition.graph_module.graph.nodes if n.op == "call_function"]
+    # Size arithmetic (a view's sym_size argument) is XNNPACK's own at run time.
+    calls = [n for n in partition.graph_module.graph.nodes if n.op == "call_function"
+             and _tensor_vals(n.meta.get("val"))]
     whole = find_patterns(b, calls)
     # A pattern's root (a dynamically quantized linear layer) is no pt2e group.
     whole.update(lower_quant.find_quantized(b, [n for n in calls if n not in whole]))
@@ -98,7 +133,8 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
     for position, result in enumerate(outputs):
         b.mark_output(result, len(inputs) + position)
     b.graph.num_externs = len(inputs) + len(outputs)
-    compact(b.graph, b.named_data)
+    if compacted:
+        compact(b.graph, b.named_data)
     return G.XnnpackBlob(b.graph), b
 
 

@@ -3,9 +3,10 @@ delegate can run, and why the others cannot.
 
 The checks run in a fixed order, so a node gets the most basic reason:
 "op" (XNNPACK has no operator for it, and it cannot be built from ones it
-has), "dtype" (float32, and pt2e's int8 quantized tensors), "shape" (shapes must be static,
-non-empty, of rank <= 6), then "constraint" (an argument XNNPACK's operator
-cannot take, from `support_rules`). A node it takes is one `serializer.py`
+has), "dtype" (float32, and pt2e's int8 quantized tensors), "shape"
+(non-empty, of rank <= 6, dynamic dims only where XNNPACK resizes the
+operator: `support_dynamic`), then "constraint" (an argument XNNPACK's
+operator cannot take, from `support_rules`). A node it takes is one `serializer.py`
 has an emitter for; a test keeps the two tables in step. Quantized graphs
 (pt2e's quantize/dequantize nodes) are judged group by group: see
 `support_quant`. A dynamically quantized linear layer (8da4w / 8da8w:
@@ -28,6 +29,8 @@ from exirc.backend.xnnpack.args import CREATORS, created
 from exirc.backend.xnnpack.dynamic_linear import match_dynamic_linear, match_weight_only_linear
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
+from exirc.backend.xnnpack.sizes import concrete, may_be_empty
+from exirc.backend.xnnpack.support_dynamic import dynamic_reason, has_dynamic_shape
 from exirc.backend.xnnpack.support_nn import NN_RULES, convolution_geometry
 from exirc.backend.xnnpack.support_quant import QUANT_RULES, decide, is_quantized_graph
 from exirc.backend.xnnpack.support_rules import RULES, Facts, Reason, Rule, op_name
@@ -55,9 +58,11 @@ class XnnpackSupport:
     def __init__(self) -> None:
         self._decided: tuple[Graph, int, dict[Node, Reason] | None] | None = None
         self._dynamic: tuple[Graph, int, dict[Node, Node]] | None = None
+        self._lower: dict[object, int] = {}  # each size symbol's lower bound
 
     def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
         facts = Facts(lambda n: _constant(program, n))
+        self._lower = {s: int(r.lower) for s, r in program.range_constraints.items()}
         root = self._dynamic_linears(program, facts).get(node)
         if root is not None:  # judged as its layer: the float input and result
             found = _shape(root, facts)
@@ -115,7 +120,10 @@ class XnnpackSupport:
         rule = ALL_RULES.get(node.target)
         if rule is None:
             return "op", f"XNNPACK has no operator for {op_name(node)}"
-        return (_dtype(node, facts) or _shape(node, facts) or rule(node, facts))
+        found = _dtype(node, facts) or _shape(node, facts, self._lower)
+        if found is None and has_dynamic_shape(node):
+            found = dynamic_reason(node)
+        return found or rule(node, facts)
 
     def _prelu(self, node: Node, facts: Facts) -> tuple[str, str] | None:
         """where and gt are taken as parts of a decomposed PReLU only, judged
@@ -183,18 +191,28 @@ def _dtype(node: Node, facts: Facts) -> tuple[str, str] | None:
     return None
 
 
-def _shape(node: Node, facts: Facts) -> tuple[str, str] | None:
+def _shape(node: Node, facts: Facts, lower: dict[object, int] | None = None
+           ) -> tuple[str, str] | None:
+    """Shapes XNNPACK takes: rank <= 6, never empty; dynamic dims only given
+    their symbols' `lower` bounds (then `support_dynamic` judges the
+    operator): ExecuTorch's XNNPACK runtime fails a call with an empty input,
+    so a dim whose range starts at 0 stays on the interpreter."""
     tensors = [(f"input {a.name}", a.meta.get("val")) for a in node.all_input_nodes
                if not facts.is_constant(a)]
     tensors += [("its result", v) for v in _vals(node)]
     for name, val in tensors:
         if not isinstance(val, torch.Tensor):
             continue
-        if not all(isinstance(d, int) for d in val.shape):
-            return "shape", (f"{name} has a dynamic shape {list(val.shape)}; XNNPACK payloads "
-                             "are built for static shapes here")
+        if lower is None and not all(isinstance(d, int) for d in val.shape):
+            return "shape", (f"{name} has a dynamic shape {list(val.shape)}; this kind of "
+                             "node is built for static shapes only")
+        empty = None if lower is None else may_be_empty(val, lower)
+        if empty is not None:
+            return "shape", (f"{name} may be empty: its dim {empty} can be 0, and XNNPACK "
+                             "takes no empty tensors; give the dim min=1 "
+                             "(torch.export.Dim(..., min=1, max=...))")
         if val.dim() > MAX_RANK:
             return "shape", f"{name} has rank {val.dim()}; XNNPACK takes at most {MAX_RANK}"
-        if val.numel() == 0:
+        if 0 in concrete(val.shape):
             return "shape", f"{name} is empty {list(val.shape)}; XNNPACK takes no empty tensors"
     return None

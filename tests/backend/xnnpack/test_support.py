@@ -72,13 +72,60 @@ def test_integer_constants_of_float_ops_are_converted_not_rejected() -> None:
     assert only(found, "add") is None
 
 
-def test_dynamic_shapes_are_a_shape_rejection() -> None:
+def test_dynamic_shapes_are_taken_where_xnnpack_resizes_the_operator() -> None:
     batch = torch.export.Dim("batch", min=2, max=16)
-    found = decisions(torch.nn.ReLU(), torch.randn(4, 3), dynamic_shapes=({0: batch},))
-    category, reason = only(found, "relu")
+    found = decisions(Lambda(lambda m, x: torch.relu(x)[:2, 1:].reshape(-1)), torch.randn(4, 3),
+                      dynamic_shapes=(({0: batch},),))
+    assert only(found, "relu") is None
+    slices = sorted(v for k, v in found.items() if k.startswith("slice") and v is not None)
+    assert slices == [("shape", "aten.slice_copy.Tensor slices dynamic dim 0; XNNPACK's static "
+                                "slice has fixed bounds (a dynamic dim is taken whole only)")]
+    assert sum(k.startswith("slice") for k in found) == 2  # the one along dim 1 is taken
+
+
+def test_a_reshape_with_two_dynamic_dims_is_a_shape_rejection() -> None:
+    rows, cols = torch.export.Dim("rows", min=1, max=8), torch.export.Dim("cols", min=1, max=8)
+    found = decisions(Lambda(lambda m, x: x.unsqueeze(0) * 2), torch.randn(4, 3),
+                      dynamic_shapes=(({0: rows, 1: cols},),))
+    category, reason = only(found, "unsqueeze")
     assert category == "shape"
-    assert reason.startswith("input input has a dynamic shape [s")
-    assert reason.endswith(", 3]; XNNPACK payloads are built for static shapes here")
+    assert reason.startswith("aten.unsqueeze_copy.default makes 2 dynamic dims [1, s")
+    assert reason.endswith("; XNNPACK's reshape infers one dim at run time")
+    assert only(found, "mul") is None
+
+
+def test_a_dim_that_can_be_0_is_a_shape_rejection() -> None:
+    """ExecuTorch's XNNPACK runtime fails a call with an empty input; a Dim's
+    range starts at 0 unless given a min."""
+    for low, taken in ((0, False), (1, True)):
+        seq = torch.export.Dim("seq", min=low, max=8)
+        found = decisions(Lambda(lambda m, x: torch.relu(x)), torch.randn(4, 3),
+                          dynamic_shapes=(({0: seq},),))
+        if taken:
+            assert only(found, "relu") is None
+            continue
+        category, reason = only(found, "relu")
+        assert category == "shape"
+        assert reason.startswith("input args_0 may be empty: its dim s")
+        assert reason.endswith(" can be 0, and XNNPACK takes no empty tensors; give the dim "
+                               "min=1 (torch.export.Dim(..., min=1, max=...))")
+
+
+def test_a_size_used_as_a_number_is_a_shape_rejection() -> None:
+    batch = torch.export.Dim("batch", min=2, max=16)
+    found = decisions(Lambda(lambda m, x: x * x.shape[0]), torch.randn(4, 3),
+                      dynamic_shapes=(({0: batch},),))
+    category, reason = only(found, "mul")
+    assert category == "shape" and reason.startswith("aten.mul.Tensor computes with the size ")
+
+
+def test_a_layer_norm_over_a_dynamic_dim_is_a_shape_rejection() -> None:
+    width = torch.export.Dim("width", min=1, max=8)
+    found = decisions(Lambda(lambda m, x: F.layer_norm(x, x.shape[-1:])), torch.randn(2, 4),
+                      dynamic_shapes=(({1: width},),))
+    assert only(found, "native_layer_norm") == (
+        "shape", "aten.native_layer_norm.default normalizes over a dynamic dim; taken over "
+                 "static dims only")
 
 
 def test_rank_beyond_six_is_a_shape_rejection() -> None:

@@ -6,7 +6,8 @@ a fresh copy of the value table (constants already in it), and writes each
 external output into its argument, resizing it first when its shape changed
 (ExecuTorch's runtime resizes the outputs of a graph whose input shapes
 vary). Inputs may differ from the blob's dims where the graph allows (a
-dynamic batch), never in rank or dtype. Whatever goes wrong in a call is
+payload with dynamic dims declares their upper bounds, and every value is
+resized from the call's inputs), never in rank or dtype. Whatever goes wrong in a call is
 raised as an `InputError` naming the node: the graph was checked at init,
 so what fails now is what the call gave it.
 """
