@@ -86,6 +86,8 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
             size = group_size_for(rows.shape[1], group_size) if bits == 4 else rows.shape[1]
             values, scales = quantize_symmetric(rows, bits, size, bf16_scales=bits == 4)
             stem = str(weight_node.target).replace(".", "_") + ("_t" if transposed else "")
+            while hasattr(model, f"{stem}_int{bits}") or hasattr(model, f"{stem}_scales"):
+                stem += "_linear"  # a tied embedding's table, quantized already
             model.register_buffer(f"{stem}_int{bits}", values)
             model.register_buffer(f"{stem}_scales", scales if bits == 4 else scales.reshape(-1))
             with graph.inserting_before(first_node(graph)):
