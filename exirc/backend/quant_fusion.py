@@ -274,6 +274,8 @@ def _refuse_dequantized_weights(program: ExportedProgram) -> None:
             if isinstance(node.args[0], Node) and "val" in node.args[0].meta else (0, 0)
         bits = found[-1] if found is not None else 8
         group = node.args[6] if len(node.args) > 6 else columns
+        if _reads_per_token(node):
+            _refuse_dynamic(node, rows, columns, _as_group(group, columns))
         if isinstance(group, int) and group < columns:
             why = (f"its int{bits} weights are in groups of {group}, and ExecuTorch's XNNPACK "
                    "runs a float-input linear layer only with weights per output channel")
@@ -287,6 +289,31 @@ def _refuse_dequantized_weights(program: ExportedProgram) -> None:
             "on portable kernels on every call",
             hint="use --quantize 8da4w or 8da8w (activations quantized inside XNNPACK), a "
                  "--group-size of at least the layer's input features, or --target portable")
+
+
+def _as_group(group: object, columns: int) -> int:
+    return group if isinstance(group, int) else columns
+
+
+def _reads_per_token(weight: Node) -> bool:
+    """Whether the program quantizes activations per token outside the delegates: an
+    8da4w weight left out is then one of those layers (XNNPACK may have taken its
+    transpose and matmul as float ops, so its reader does not say)."""
+    return any(is_quantize(n.target, "choose_qparams_per_token_asymmetric")
+               for n in weight.graph.nodes)
+
+
+def _refuse_dynamic(node: Node, rows: int, columns: int, group: int) -> None:
+    from exirc.backend.xnnpack.dynamic_linear import block_reason
+
+    why = block_reason(columns, group) or "XNNPACK did not take it (--explain-delegation says why)"
+    raise TargetQuantizationError(
+        f"the 8da4w linear layer reading {node.args[0]} [{rows}, {columns}] cannot run in "
+        f"XNNPACK: {why}; its activations would be quantized on ExecuTorch's quantized "
+        "kernels outside the delegate, which a runtime built with XNNPACK alone lacks",
+        hint="use a --group-size that is a multiple of 32 and divides the layer's input "
+             "features (or at least them: one group a row), --quantize 8da8w, or "
+             "--target portable")
 
 
 def _has_quantized_ops(program: ExportedProgram) -> bool:

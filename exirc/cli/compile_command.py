@@ -166,6 +166,11 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
               help="Values per scale of the weight-only modes and 8da4w (default: per "
                    "channel for int8, 128 for int4, 32 for 8da4w; rows it does not divide "
                    "get one scale per channel).")
+@click.option("--quantize-embeddings", "quantize_embeddings",
+              type=click.Choice(["none", "int8", "int4"]), default="none", show_default=True,
+              help="With 8da4w / 8da8w: embedding tables as int8 (a scale per row) or int4 "
+                   "(groups of 128) rows. Their lookups need ExecuTorch's quantized kernel "
+                   "library outside the delegates; none keeps them float.")
 @click.option("--explain-delegation", type=click.Choice(["text", "full", "json"]),
               is_flag=False, flag_value="text", default=None,
               help="Print what was delegated and, one line per reason and op with counts, "
@@ -187,7 +192,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
                     imports: tuple[str, ...], quantize: str | None,
                     calibration_inputs: tuple[str, ...], min_sqnr: float | None,
-                    group_size: int | None, explain_delegation: str | None,
+                    group_size: int | None, quantize_embeddings: str,
+                    explain_delegation: str | None,
                     time_passes: bool, as_json: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
     from exirc.pipelines import load_pipeline
@@ -228,6 +234,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              rtol=rtol, atol=atol, bundle=bundle, quantize=quantize,
                              calibration_inputs=calibration_inputs,
                              quantize_group_size=group_size, min_sqnr_db=min_sqnr,
+                             quantize_embeddings=quantize_embeddings,
                              on_stage=stage_printer() if wants_progress(
                                  sys.stderr, quiet=quiet, as_json=as_json) else None)
     for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)

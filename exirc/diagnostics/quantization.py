@@ -120,7 +120,8 @@ def quantize_with(options: CompileOptions, sources: dict[str, MethodSource],
     """`quantize_sources` as the compile options (`options.quantize`, ...) ask."""
     from exirc.quantize import QuantizeConfig
 
-    config = QuantizeConfig(options.quantize or "", options.quantize_group_size)
+    config = QuantizeConfig(options.quantize or "", options.quantize_group_size,
+                            options.quantize_embeddings)
     return quantize_sources(sources, exported, config, options.calibration_inputs,
                             options.verify_inputs, options.min_sqnr_db, warn)
 

@@ -33,12 +33,16 @@ if TYPE_CHECKING:
 
 MODES = ("int8", "int8-weight-only", "int4-weight-only", "8da4w", "8da8w")
 DYNAMIC_MODES = ("8da4w", "8da8w")  # int8 activations per token at run time
+EMBEDDING_MODES = ("none", "int8", "int4")  # 8da4w / 8da8w's embedding tables
 
 
 @dataclass(frozen=True)
 class QuantizeConfig:
     mode: str
     group_size: int | None = None  # weight-only: values per scale (None: the mode's default)
+    # 8da4w / 8da8w: embedding tables as int8 / int4 rows (the weight-only modes'
+    # groups), read by ExecuTorch's quantized embedding kernels; "none" keeps them float.
+    embeddings: str = "none"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -51,6 +55,13 @@ class QuantizeConfig:
                                  hint=f"{self.mode} quantizes weights per output channel")
             if self.group_size < 2 or self.group_size % 2:
                 raise UsageError(f"group size {self.group_size} must be an even number >= 2")
+        if self.embeddings not in EMBEDDING_MODES:
+            raise UsageError(f"unknown embedding quantization {self.embeddings!r}",
+                             hint=f"choose one of {', '.join(EMBEDDING_MODES)}")
+        if self.embeddings != "none" and self.mode not in DYNAMIC_MODES:
+            raise UsageError(f"--quantize-embeddings applies to 8da4w and 8da8w, not "
+                             f"{self.mode or 'a float model'}",
+                             hint="int8 and the weight-only modes quantize embeddings already")
 
     @property
     def bits(self) -> int:
@@ -91,7 +102,9 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
         # are most of the bytes. They become int8 rows read by embedding_byte.
         weights = quantize_weights(module, 8, embeddings_only=True)
     elif config.mode in DYNAMIC_MODES:
-        weights = quantize_dynamic(module, config.bits, config.group_size)
+        weights = [] if config.embeddings == "none" else quantize_weights(
+            module, 8 if config.embeddings == "int8" else 4, embeddings_only=True)
+        weights += quantize_dynamic(module, config.bits, config.group_size)
     else:
         weights = quantize_weights(module, config.bits, config.group_size)
     if not weights and not quantized_ops:

@@ -45,12 +45,16 @@ def quantize_symmetric(weight: torch.Tensor, bits: int, group_size: int,
                        bf16_scales: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """[rows, columns] float -> (int8 values, float32 scales [rows, columns/group]).
 
-    The largest magnitude of a group maps to quant_max; with `bf16_scales` the
-    scales are rounded to bf16 first and the values quantized with those."""
+    The largest magnitude of a group maps to half the integer range (7.5 for int4,
+    127.5 for int8), as torchao's symmetric mapping (`choose_qparams_affine`) does:
+    a step finer than mapping it to quant_max, at the cost of clamping a positive
+    extreme by half a step. With `bf16_scales` the scales are rounded to bf16 first
+    and the values quantized with those."""
     rows, columns = weight.shape
     quant_min, quant_max = RANGES[bits]
     groups = weight.detach().to(torch.float32).reshape(rows, columns // group_size, group_size)
-    scales = (groups.abs().amax(dim=-1) / quant_max).clamp(min=torch.finfo(torch.float32).eps)
+    half_range = (quant_max - quant_min) / 2
+    scales = (groups.abs().amax(dim=-1) / half_range).clamp(min=torch.finfo(torch.float32).eps)
     if bf16_scales:
         scales = scales.to(torch.bfloat16).to(torch.float32)
     values = torch.round(groups / scales.unsqueeze(-1)).clamp(quant_min, quant_max)
@@ -82,6 +86,8 @@ def quantize_dynamic(model: GraphModule, bits: int, group_size: int | None = Non
             size = group_size_for(rows.shape[1], group_size) if bits == 4 else rows.shape[1]
             values, scales = quantize_symmetric(rows, bits, size, bf16_scales=bits == 4)
             stem = str(weight_node.target).replace(".", "_") + ("_t" if transposed else "")
+            while hasattr(model, f"{stem}_int{bits}") or hasattr(model, f"{stem}_scales"):
+                stem += "_linear"  # a tied embedding's table, quantized already
             model.register_buffer(f"{stem}_int{bits}", values)
             model.register_buffer(f"{stem}_scales", scales if bits == 4 else scales.reshape(-1))
             with graph.inserting_before(first_node(graph)):

@@ -46,12 +46,18 @@ from exirc.backend.xnnpack.patterns import Match
 aten = torch.ops.aten
 Constant = Callable[[Node], torch.Tensor | None]
 INT4, INT8 = (-8, 7), (-128, 127)
+# ExecuTorch 1.5.1's runtime (XNNPACK) refuses a blockwise filter whose blocks are not
+# a multiple of 32 input channels (xnn_status_invalid_parameter when the method loads).
+BLOCK_MULTIPLE = 32
 
 
 @dataclass(frozen=True)
 class DynamicLinear:
     """A matched layer: its float input, integer weight [out, in], float32 scales
-    ([out, in / group] for int4, [out] for int8), group size (0: per channel), bias."""
+    ([out, in / group] in blocks, else [out]), group size (0: per channel), bias.
+
+    int4 weights in one group a row whose length is not a multiple of 32 are per
+    channel (a qcint4 filter: XNNPACK's qd8-f32-qc4w GEMM) rather than blockwise."""
 
     x: Node
     integers: torch.Tensor
@@ -155,6 +161,18 @@ def _weight(value: object, constant: Constant) -> tuple[tuple[Node, ...], torch.
     return (dq, value), data, scales, bits, as_int(group)
 
 
+def block_reason(columns: int, group: int) -> str | None:
+    """Why XNNPACK cannot take a dynamically quantized layer's int4 weights of
+    `columns` input channels in groups of `group`; None if it can."""
+    if columns % 2:
+        return (f"its int4 weights have an odd number of input channels ({columns}), "
+                "which XNNPACK's 4-bit filters (two values a byte) cannot hold")
+    if group < columns and group % BLOCK_MULTIPLE:
+        return (f"its int4 weights are in groups of {group}, and XNNPACK takes groups of "
+                f"a multiple of {BLOCK_MULTIPLE} input channels")
+    return None
+
+
 def match_dynamic_linear(root: Node, constant: Constant) -> Match | None:
     found = dynamic_linear(root, constant)
     if found is None:
@@ -190,6 +208,10 @@ def dynamic_linear(root: Node, constant: Constant
         return None  # a view that is not only flattening the leading dims
     if list(x.meta["val"].shape)[-1] != integers.shape[1]:
         return None
+    if group % BLOCK_MULTIPLE:
+        if group != integers.shape[1]:
+            return None  # refused by quant_fusion with the reason (`block_reason`)
+        group, scales = 0, scales.reshape(-1)  # one block a row: a qcint4 filter
     bias = None
     if bias_node is not None:
         bias = constant(bias_node) if isinstance(bias_node, Node) else None

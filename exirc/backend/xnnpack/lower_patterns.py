@@ -14,6 +14,7 @@ from torch.fx import Node
 from exirc.backend.xnnpack import layout as lay
 from exirc.backend.xnnpack.builder import GraphBuilder, shape_of
 from exirc.backend.xnnpack.dynamic_linear import (
+    DynamicLinear,
     dynamic_linear,
     match_dynamic_linear,
     match_weight_only_linear,
@@ -74,23 +75,8 @@ def emit_dynamic_linear(b: GraphBuilder, match: Match) -> None:
     value = b.graph.values[quantized]
     value.datatype, value.quant = G.Datatype.QDINT8, G.PerTokenDynamicQuant(1)
     b.add_node(G.NodeKind.CONVERT, G.Node1x1(source, quantized), owner=match.root)
-    channels, inputs = (int(d) for d in layer.integers.shape)
-    if layer.bits == 4:
-        scales = layer.scales.to(torch.bfloat16).contiguous()
-        raw = scales.view(torch.int16).numpy().tobytes()
-        quant: G.Quantization = G.PerChannelGroupQuant(
-            [], 0, layer.group_size, scale_buffer_idx=b.constant_entry(raw, "scale_"),
-            num_scales=scales.numel())
-        data = pack_int4(layer.integers)
-        filter_id = len(b.graph.values)
-        b.graph.values.append(G.TensorValue(
-            G.Datatype.QBINT4, [channels, inputs], filter_id, quant=quant,
-            constant_buffer_idx=b.constant_entry(data.contiguous().numpy().tobytes())))
-    else:
-        raw = layer.scales.to(torch.float32).contiguous().numpy().tobytes()
-        quant = G.PerChannelQuant([], 0, scale_buffer_idx=b.constant_entry(raw, "scale_"),
-                                  num_scales=channels)
-        filter_id = b.constant_value(layer.integers.contiguous(), G.Datatype.QCINT8, quant)
+    channels = int(layer.integers.shape[0])
+    filter_id = _filter(b, layer)
     bias_id = G.INVALID_VALUE_ID if layer.bias is None else \
         b.static_value(layer.bias.to(torch.float32).contiguous())
     out = b.value([*dims[:-1], channels])
@@ -100,24 +86,40 @@ def emit_dynamic_linear(b: GraphBuilder, match: Match) -> None:
     b.define(match.root, b.reshape(out, shape), lay.identity(len(shape)))
 
 
+def _filter(b: GraphBuilder, layer: DynamicLinear) -> int:
+    """The layer's weights as a static filter value: qbint4 in blocks (bf16 scales),
+    else qcint4 / qcint8 per output channel (float32 scales)."""
+    channels, inputs = (int(d) for d in layer.integers.shape)
+    if layer.group_size:
+        scales = layer.scales.to(torch.bfloat16).contiguous()
+        raw = scales.view(torch.int16).numpy().tobytes()
+        quant: G.Quantization = G.PerChannelGroupQuant(
+            [], 0, layer.group_size, scale_buffer_idx=b.constant_entry(raw, "scale_"),
+            num_scales=scales.numel())
+        kind = G.Datatype.QBINT4
+    else:
+        raw = layer.scales.to(torch.float32).contiguous().numpy().tobytes()
+        quant = G.PerChannelQuant([], 0, scale_buffer_idx=b.constant_entry(raw, "scale_"),
+                                  num_scales=channels)
+        if layer.bits == 8:
+            return b.constant_value(layer.integers.contiguous(), G.Datatype.QCINT8, quant)
+        kind = G.Datatype.QCINT4
+    filter_id = len(b.graph.values)
+    b.graph.values.append(G.TensorValue(
+        kind, [channels, inputs], filter_id, quant=quant,
+        constant_buffer_idx=b.constant_entry(
+            pack_int4(layer.integers).contiguous().numpy().tobytes())))
+    return filter_id
+
+
 def emit_weight_only_linear(b: GraphBuilder, match: Match) -> None:
     found = weight_only_linear(match.root, b.static)
     assert found is not None
     layer = found[0]
     source = b.get_contiguous(layer.x)
     dims = list(b.graph.values[source].dims)
-    channels, inputs = (int(d) for d in layer.integers.shape)
-    raw = layer.scales.to(torch.float32).contiguous().numpy().tobytes()
-    quant = G.PerChannelQuant([], 0, scale_buffer_idx=b.constant_entry(raw, "scale_"),
-                              num_scales=channels)
-    if layer.bits == 4:
-        filter_id = len(b.graph.values)
-        b.graph.values.append(G.TensorValue(
-            G.Datatype.QCINT4, [channels, inputs], filter_id, quant=quant,
-            constant_buffer_idx=b.constant_entry(
-                pack_int4(layer.integers).contiguous().numpy().tobytes())))
-    else:
-        filter_id = b.constant_value(layer.integers.contiguous(), G.Datatype.QCINT8, quant)
+    channels = int(layer.integers.shape[0])
+    filter_id = _filter(b, layer)
     out = b.value([*dims[:-1], channels])
     b.add_node(G.NodeKind.FULLY_CONNECTED,
                G.FullyConnected(source, filter_id, G.INVALID_VALUE_ID, out), owner=match.root)

@@ -35,6 +35,7 @@ from exirc.serialize.xnnpack import graph as G
 
 STATIC_TYPES = {G.Datatype.QINT8: torch.int8, G.Datatype.QUINT8: torch.uint8}
 RANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
+BLOCK_MULTIPLE = 32  # XNNPACK's blockwise filters: blocks of a multiple of 32 input channels
 F32 = numpy.float32
 
 
@@ -176,6 +177,10 @@ def weights(ctx: NodeContext, source: ConstantSource, value_id: int, role: str) 
     if isinstance(quant, G.PerChannelGroupQuant):
         if kind != G.Datatype.QBINT4 or quant.group_size <= 0 or dims[1] % quant.group_size:
             raise ctx.fail(f"its {role} has blocks of {quant.group_size} for dims {dims}")
+        if quant.group_size % BLOCK_MULTIPLE:
+            raise ctx.unsupported(f"its {role} has blocks of {quant.group_size} input channels, "
+                                  f"not a multiple of {BLOCK_MULTIPLE} (ExecuTorch's runtime "
+                                  "refuses the method)")
         blocks = dims[1] // quant.group_size
         scale = _channel_scales(ctx, source, value, dims[0] * blocks).reshape(dims[0], blocks)
         return Weights(integers, scale, quant.group_size)

@@ -1,0 +1,117 @@
+"""`--quantize-embeddings int8|int4` with 8da4w / 8da8w: embedding tables as integer rows.
+
+The lookups are ExecuTorch's quantized embedding kernels (`embedding_byte`,
+`embedding_4bit`), outside XNNPACK: the file then needs that kernel library,
+which `inspect`'s kernel line says. The default, `none`, keeps tables float
+(tests/quantize/test_dynamic_llms.py checks such files need no quantized kernels).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from exirc.compiler import CompileOptions, CompileResult, compile_module
+from exirc.errors import UsageError
+from exirc.quantize import QuantizeConfig
+from tests.oracle import requires_executorch
+from tests.quantize.test_zoo_quantized import run_executorch, run_exirc
+
+KERNELS = {"int8": "quantized_decomposed::embedding_byte.out",
+           "int4": "quantized_decomposed::embedding_4bit.out"}
+
+
+class TiedLM(torch.nn.Module):
+    """An embedding whose table is also the LM head's weight (as GPT-2's).
+
+    Normalized before each linear layer, as language models are: an int8 row fed
+    straight to a per-token quantization sits on a grid where the choice of
+    parameters ties, and kernels break such ties differently from torch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(96, 64)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(64), torch.nn.LayerNorm(64)
+        self.mlp = torch.nn.Linear(64, 64)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        x = x + torch.nn.functional.gelu(self.mlp(self.norm1(x)))
+        return torch.nn.functional.linear(self.norm2(x), self.embed.weight)
+
+
+def _tokens(seed: int) -> tuple[torch.Tensor]:
+    return (torch.randint(0, 96, (1, 7), generator=torch.Generator().manual_seed(seed)),)
+
+
+_compiled: dict[tuple[str, str, str], CompileResult] = {}
+
+
+def _compile(mode: str, embeddings: str, target: str = "xnnpack") -> CompileResult:
+    key = (mode, embeddings, target)
+    if key not in _compiled:
+        torch.manual_seed(6)
+        _compiled[key] = compile_module(TiedLM().eval(), _tokens(0), options=CompileOptions(
+            target=target, quantize=mode, quantize_embeddings=embeddings, min_sqnr_db=0.0),
+            warn=lambda message: None)
+    return _compiled[key]
+
+
+def assert_float_rounding_of_logits(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Within float32 rounding of the largest logit (tens here: sums of 64 products),
+    where a per-element relative bound would fail on logits near zero."""
+    assert got.shape == want.shape
+    assert float((got - want).abs().max()) <= 1e-6 * float(want.abs().max())
+
+
+def _needs(result: CompileResult) -> dict[str, list[str]]:
+    from exirc.inspector.kernels import kernel_needs
+    from exirc.serialize.reader import deserialize
+
+    return {library["name"]: library["operators"]
+            for library in kernel_needs(deserialize(result.data))["libraries"]}
+
+
+@pytest.mark.parametrize("embeddings", ["int8", "int4"])
+@pytest.mark.parametrize("mode", ["8da4w", "8da8w"])
+def test_tables_are_integer_rows_read_by_the_quantized_embedding_kernels(
+        mode: str, embeddings: str) -> None:
+    result = _compile(mode, embeddings)
+    assert _needs(result)["quantized"] == [KERNELS[embeddings]]
+    plain = _compile(mode, "none")
+    assert "quantized" not in _needs(plain)
+    assert result.quantization is not None and plain.quantization is not None
+    # The tied table is stored twice (integer rows for the lookup, the head's own
+    # quantized weights), each smaller than the float table the plain file keeps.
+    assert result.quantization.weight_bytes < plain.quantization.weight_bytes
+    for seed in (1, 2):
+        tokens = _tokens(seed)
+        with torch.no_grad():
+            want = result.quantized_modules["forward"](*tokens)
+        assert_float_rounding_of_logits(run_exirc(result.data, tokens)[0], want)
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.parametrize("target", ["portable", "xnnpack"])
+@pytest.mark.parametrize("embeddings", ["int8", "int4"])
+def test_the_file_runs_on_executorch_with_its_quantized_kernels(embeddings: str,
+                                                                target: str) -> None:
+    result = _compile("8da4w", embeddings, target)
+    tokens = _tokens(3)
+    theirs, ours = run_executorch(result.data, tokens)[0], run_exirc(result.data, tokens)[0]
+    # ExecuTorch's layer norm (portable's or XNNPACK's) rounds a last bit as torch's
+    # does not, which can move a per-token quantization by a step: a row's logits
+    # then differ by that step's effect (docs/quantization.md's stated bound).
+    assert torch.equal(theirs.argmax(-1), ours.argmax(-1))
+    assert float((theirs - ours).abs().max()) <= 5e-3 * float(ours.abs().max())
+
+
+def test_embedding_quantization_applies_to_the_8da_modes_only() -> None:
+    with pytest.raises(UsageError, match="applies to 8da4w and 8da8w, not int8"):
+        QuantizeConfig("int8", embeddings="int8")
+    with pytest.raises(UsageError, match="unknown embedding quantization 'int2'"):
+        QuantizeConfig("8da4w", embeddings="int2")
+    with pytest.raises(UsageError, match="--quantize-embeddings applies to --quantize 8da4w"):
+        compile_module(TiedLM().eval(), _tokens(0),
+                       options=CompileOptions(quantize_embeddings="int8"))
