@@ -105,8 +105,11 @@ def _teacher_forced(forward: Step, texts: list[list[int]]) -> int:
 def _on_executorch(data: bytes) -> Step:
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(bytes(data)).load_method("forward")
-    return _call(method.execute)
+    # The step holds the Program: a Method outliving it (and the bytes it
+    # was loaded from) crashes ExecuTorch's runtime.
+    program = Runtime.get().load_program(bytes(data))
+    method = program.load_method("forward")
+    return _call(lambda inputs: (program, method.execute(inputs))[1])
 
 
 @pytest.mark.parametrize("mode", MODES)
