@@ -90,16 +90,20 @@ def compile(model: torch.nn.Module | str | os.PathLike[str],
     return result
 
 
-def load(source: str | os.PathLike[str] | bytes | memoryview, **limits: Any) -> LoadedProgram:
+def load(source: str | os.PathLike[str] | bytes | memoryview, *,
+         data: str | os.PathLike[str] | bytes | memoryview | None = None,
+         **limits: Any) -> LoadedProgram:
     """Load a `.pte` program (a path, or its bytes) for running, as `exirc run` does.
 
-    The keywords are `exirc.runtime.load`'s: max_memory=, max_steps=,
+    `data` is its external data file (`.ptd`, a path or its bytes), for a program
+    whose weights are kept there (`exirc run --data`). The other keywords are
+    `exirc.runtime.load`'s: max_memory=, max_steps=,
     max_seconds=, allow_any_aten=, kernels=, backends=, engine=, dump_engine=. Run
     with `.run("forward", [inputs])`; `.constant_methods` holds the values of the
     program's constant methods."""
     from exirc.runtime import load as load_program
 
-    return load_program(source, **limits)
+    return load_program(source, data=data, **limits)
 
 
 def __getattr__(name: str) -> Any:
