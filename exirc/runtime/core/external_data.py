@@ -85,7 +85,7 @@ def open_program_files(program: P.Program, mapped: MappedFile | None,
                        data: DataSource | None,
                        program_named: Mapping[str, Bytes]) -> ProgramFiles:
     """Read the data file (if any) and resolve every external tensor of `program`."""
-    guards = (mapped,) if mapped is not None else ()
+    guards: tuple[MappedFile, ...] = (mapped,) if mapped is not None else ()
     if data is None:
         found = DataFile()
         name = None

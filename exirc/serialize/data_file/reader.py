@@ -33,9 +33,12 @@ def read_data_file(source: DataSource) -> DataFile:
 
 def read_mapped_data_file(source: DataSource) -> tuple[DataFile, MappedFile | None]:
     """The data file, and the mapping its bytes are views of (for a path)."""
-    mapped = open_mapped(source, copy_on_write=True) \
-        if isinstance(source, (str, os.PathLike)) else None
-    data = mapped.view if mapped is not None else memoryview(source).cast("B")
+    mapped = None
+    if isinstance(source, (str, os.PathLike)):
+        mapped = open_mapped(source, copy_on_write=True)
+        data = mapped.view
+    else:
+        data = memoryview(source).cast("B")
     try:
         return _read(data), mapped
     except FormatError as error:
@@ -44,8 +47,8 @@ def read_mapped_data_file(source: DataSource) -> tuple[DataFile, MappedFile | No
 
 def _read(data: memoryview) -> DataFile:
     if len(data) < 8 or bytes(data[4:8]) != FILE_IDENTIFIER:
-        found = bytes(data[4:8]) if len(data) >= 8 else b""
-        raise FormatError(f"file identifier is {found!r}, expected {FILE_IDENTIFIER!r}: not "
+        identifier = bytes(data[4:8]) if len(data) >= 8 else b""
+        raise FormatError(f"file identifier is {identifier!r}, expected {FILE_IDENTIFIER!r}: not "
                           "a .ptd data file", field="header")
     header = DataFileHeader.parse(data)
     buf = CheckedBuffer(data[:header.flatbuffer_offset + header.flatbuffer_size])
