@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from exirc.errors import ExternalDataError
 from exirc.serialize import program as P
-from exirc.serialize.data_file import DataFile, TensorLayout
+from exirc.serialize.data_file import DataFile
+from exirc.serialize.data_file.match import listed, resolve_tensors
 from exirc.serialize.data_file.reader import DataSource, read_mapped_data_file
 from exirc.serialize.mapped_file import MappedFile
 
@@ -66,7 +67,7 @@ class ProgramFiles:
         looked up named data nobody has, which a data file would hold."""
         if not self.named.missed:
             return
-        keys = _listed(sorted(set(self.named.missed)), most=3)
+        keys = listed(sorted(set(self.named.missed)), most=3)
         if self.data_name is None:
             raise ExternalDataError(f"{where} reads named data ({keys}) the program does not "
                                     "have: its weights are in an external data file, and none "
@@ -93,79 +94,12 @@ def open_program_files(program: P.Program, mapped: MappedFile | None,
         found, data_mapped = read_mapped_data_file(data)
         name = os.fspath(data) if isinstance(data, (str, os.PathLike)) else "the data given"
         guards += (data_mapped,) if data_mapped is not None else ()
-    tensors = _tensors(program, found, name)
+    tensors = resolve_tensors(program, found, name)
     both = sorted(key for key in found.entries if key in program_named)
     if both:
-        raise ExternalDataError(f"named data {_listed(both)} is stored both in the program and "
+        raise ExternalDataError(f"named data {listed(both)} is stored both in the program and "
                                 f"in the data file {name}", hint="recompile the program and its "
                                 "data file together: a runtime cannot know which to use")
     named = NamedData(program_named)
     named.entries.update((key, stored.data) for key, stored in found.entries.items())
     return ProgramFiles(tensors, named, guards, name)
-
-
-def external_tensors(program: P.Program) -> dict[str, list[tuple[str, P.Tensor]]]:
-    """Name -> (where, tensor) of each tensor the program keeps outside itself."""
-    found: dict[str, list[tuple[str, P.Tensor]]] = {}
-    for i, plan in enumerate(program.execution_plan):
-        for j, value in enumerate(plan.values):
-            if isinstance(value, P.Tensor):
-                extra = value.extra_tensor_info
-                if extra is not None and extra.location == P.TensorDataLocation.EXTERNAL:
-                    where = f"execution_plan[{i}].values[{j}]"
-                    found.setdefault(extra.fully_qualified_name or "", []).append((where, value))
-    return found
-
-
-def _tensors(program: P.Program, data: DataFile, name: str | None) -> dict[str, Bytes]:
-    wanted = external_tensors(program)
-    if not wanted:
-        return {}
-    if "" in wanted:
-        where = wanted[""][0][0]
-        raise ExternalDataError(f"{where} keeps its data outside the program but has no name "
-                                "to find it by", hint="the program file is malformed; "
-                                "re-create it")
-    if name is None:
-        raise ExternalDataError(f"the program reads {_count(wanted)} from an external data "
-                                f"file ({_listed(list(wanted))}), and none was given")
-    missing = [key for key in wanted if key not in data.entries]
-    if missing:
-        raise ExternalDataError(
-            f"the data file {name} does not have {_count(missing)} the program reads "
-            f"({_listed(missing)}); it has {len(data.entries)} entries",
-            hint="pass the data file this program was compiled with; `exirc inspect "
-                 "PROGRAM` lists the names it reads")
-    resolved = {}
-    for key, uses in wanted.items():
-        stored = data.entries[key]
-        for where, tensor in uses:
-            _check_layout(key, stored.layout, tensor, where, name)
-        resolved[key] = stored.data
-    return resolved
-
-
-def _check_layout(key: str, layout: TensorLayout | None, tensor: P.Tensor, where: str,
-                  name: str) -> None:
-    """The stored tensor must be the program's: same dtype and sizes (so the same bytes)."""
-    if tensor.allocation_info is not None:
-        raise ExternalDataError(f"{where} ({key!r}) is an external tensor the program also "
-                                "plans memory for (mutable external weights), which exirc's "
-                                "runtime does not run", hint="compile with the weights in the "
-                                "program, or run it on ExecuTorch's runtime")
-    wanted = TensorLayout.of(tensor)
-    if layout is None or (layout.scalar_type, layout.sizes) != (wanted.scalar_type,
-                                                                 wanted.sizes):
-        stored = "bytes without a tensor layout" if layout is None else str(layout)
-        raise ExternalDataError(f"{key!r} in the data file {name} is {stored}, but the program "
-                                f"reads it as {wanted} ({where})",
-                                hint="pass the data file this program was compiled with")
-
-
-def _count(keys: Mapping[str, object] | list[str]) -> str:
-    return f"{len(keys)} tensor{'s' if len(keys) != 1 else ''}"
-
-
-def _listed(keys: list[str], most: int = 6) -> str:
-    shown = ", ".join(keys[:most])
-    return shown + (f", ... {len(keys) - most} more" if len(keys) > most else "")
