@@ -52,6 +52,7 @@ def write_data_file(data: DataFile) -> bytes:
     out += flatbuffer[4:HEADER_AT]
     out += header.to_bytes()
     out += flatbuffer[HEADER_AT:]
+    out += b"\0" * (base - len(out))  # to the segment base even without segments, as ExecuTorch
     for segment, offset in zip(segments, offsets):
         out += b"\0" * (base + offset - len(out))
         out += segment
