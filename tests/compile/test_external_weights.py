@@ -237,3 +237,28 @@ def test_two_of_our_programs_share_one_data_file_on_executorchs_runtime(
                                       data_path=str(tmp_path / "w.ptd"))
         torch.testing.assert_close(module.forward((x,))[0], model(x).detach(),
                                    rtol=RTOL, atol=ATOL)
+
+
+def test_mutated_data_files_load_or_are_refused_with_typed_errors(tmp_path: Path) -> None:
+    """Seeded byte changes to a real data file, loaded with its program and run: an
+    exirc error or a run, never another exception."""
+    import random
+
+    from exirc.errors import ExircError
+
+    pte, ptd = _compiled(tmp_path, "portable")
+    _, x = _model()
+    base = ptd.read_bytes()
+    rng = random.Random(0)
+    outcomes = {"ran": 0, "refused": 0}
+    for _ in range(150):
+        data = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            exirc.load(pte, data=bytes(data), engine="reference").run("forward", [x])
+        except ExircError:
+            outcomes["refused"] += 1
+            continue
+        outcomes["ran"] += 1
+    assert outcomes["ran"] > 20 and outcomes["refused"] > 5, outcomes
