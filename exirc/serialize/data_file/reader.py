@@ -38,7 +38,11 @@ def read_mapped_data_file(source: DataSource) -> tuple[DataFile, MappedFile | No
         mapped = open_mapped(source, copy_on_write=True)
         data = mapped.view
     else:
-        data = memoryview(source).cast("B")
+        data = memoryview(source)
+        if not data.c_contiguous:
+            data = memoryview(data.tobytes())
+        if data.ndim != 1 or data.itemsize != 1:
+            data = data.cast("B")
     try:
         return _read(data), mapped
     except FormatError as error:
