@@ -55,7 +55,9 @@ def compile(model: torch.nn.Module | str | os.PathLike[str],
     `example_inputs` may name a .pt/.npz file for a TorchScript archive).
     `target` is as `--target`; the other keywords are `exirc.CompileOptions`
     fields, the CLI's flags: verify=True, bundle=True, quantize="int8",
-    dump_dir="dump", max_arena_bytes=..., rtol=..., pipeline="passes.yaml", ...
+    dump_dir="dump", max_arena_bytes=..., rtol=..., pipeline="passes.yaml",
+    external_weights="model.ptd" (the weights go to that data file, written
+    with the program), ...
 
     Writes the program to `output` when given (checked writable before any
     compile work); the returned `CompileResult` holds it as `.data` and
@@ -70,6 +72,8 @@ def compile(model: torch.nn.Module | str | os.PathLike[str],
     compile_options = _compile_options(target, options)
     if output is not None:
         check_output_path(output, "program")
+    if compile_options.external_weights is not None:
+        check_output_path(compile_options.external_weights, "external weights data file")
     if isinstance(model, (str, os.PathLike)):
         if module_arguments:
             raise UsageError(f"{', '.join(module_arguments)} apply to a model given as an "
@@ -90,16 +94,20 @@ def compile(model: torch.nn.Module | str | os.PathLike[str],
     return result
 
 
-def load(source: str | os.PathLike[str] | bytes | memoryview, **limits: Any) -> LoadedProgram:
+def load(source: str | os.PathLike[str] | bytes | memoryview, *,
+         data: str | os.PathLike[str] | bytes | memoryview | None = None,
+         **limits: Any) -> LoadedProgram:
     """Load a `.pte` program (a path, or its bytes) for running, as `exirc run` does.
 
-    The keywords are `exirc.runtime.load`'s: max_memory=, max_steps=,
+    `data` is its external data file (`.ptd`, a path or its bytes), for a program
+    whose weights are kept there (`exirc run --data`). The other keywords are
+    `exirc.runtime.load`'s: max_memory=, max_steps=,
     max_seconds=, allow_any_aten=, kernels=, backends=, engine=, dump_engine=. Run
     with `.run("forward", [inputs])`; `.constant_methods` holds the values of the
     program's constant methods."""
     from exirc.runtime import load as load_program
 
-    return load_program(source, **limits)
+    return load_program(source, data=data, **limits)
 
 
 def __getattr__(name: str) -> Any:

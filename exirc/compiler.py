@@ -14,26 +14,23 @@ import dataclasses
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exirc.compile_result import CompileReport, CompileResult, StageTimes
 from exirc.diagnostics.load_check import check_loadable
 from exirc.diagnostics.self_check import check_options, eager_references, verify_and_bundle
 from exirc.passes.runner import Instrumentation, Verifier, run_pipeline
 from exirc.serialize import program as P
-from exirc.serialize.files import write_atomically
 from exirc.targets import DEFAULT_TARGET
 
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-    from exirc.backend.delegation.report import DelegationReport
     from exirc.backend.ops import BackendOp
     from exirc.capture import MethodSource
-    from exirc.diagnostics.eager_check import VerificationReport
-    from exirc.diagnostics.quantization import QuantizationReport
     from exirc.runtime.kernels.registry import KernelRegistry
 
 
@@ -66,72 +63,14 @@ class CompileOptions:
     # Told each stage's name and seconds as it finishes (`exirc compile`'s
     # progress lines); per method for the pipeline's stages.
     on_stage: Callable[[str, float], None] | None = None
+    # Where the weights go, if not into the program: an external data file (.ptd)
+    # that `CompileResult.save` writes beside it (`exirc.emit.external`).
+    external_weights: str | Path | None = None
 
     @property
     def self_check(self) -> bool:
         """Whether the compile runs the model eagerly: to verify, or to bundle."""
         return self.verify or self.bundle
-
-
-class StageTimes(dict[str, float]):
-    """Stage name -> seconds, telling `listener` of every time recorded: the
-    pipeline runner and the self-check record theirs here, so one place sees all."""
-
-    def __init__(self, listener: Callable[[str, float], None] | None = None) -> None:
-        super().__init__()
-        self.listener = listener
-
-    def __setitem__(self, stage: str, seconds: float) -> None:
-        super().__setitem__(stage, seconds)
-        if self.listener is not None:
-            self.listener(stage, seconds)
-
-
-@dataclass
-class CompileReport:
-    stage_seconds: dict[str, float] = field(default_factory=StageTimes)
-    instructions: int = 0
-    kernel_calls: int = 0
-    arena_bytes: int = 0
-    lower_bound_bytes: int = 0
-    constant_bytes: int = 0
-    state_bytes: int = 0  # program state: the shared arena of buffers the model updates
-    file_bytes: int = 0
-    instrument: Instrumentation | None = None
-
-    @property
-    def total_seconds(self) -> float:
-        return sum(self.stage_seconds.values())
-
-
-@dataclass
-class CompileResult:
-    program: P.Program
-    data: bytes
-    report: CompileReport
-    # The memory-planned graphs the program was emitted from, and per method
-    # the node each instruction was made for: what diagnostics map back to.
-    planned: dict[str, ExportedProgram] = field(default_factory=dict)
-    instruction_nodes: dict[str, list[torch.fx.Node]] = field(default_factory=dict)
-    verification: VerificationReport | None = None  # with options.verify: what matched
-    bundled_cases: int = 0  # with options.bundle: test cases stored in the program
-    quantization: QuantizationReport | None = None  # with options.quantize: sizes, accuracy
-    # With options.quantize, per method: the quantized model as torch runs it (what
-    # --verify compares with); and every warning, as told to `warn`.
-    quantized_modules: dict[str, torch.nn.Module] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def save(self, path: str | Path) -> None:
-        """Write the program atomically (never a partial file), with the user's umask."""
-        write_atomically(path, self.data)
-
-    @property
-    def delegation(self) -> dict[str, DelegationReport]:
-        """Per method that ran a delegate pass, what it delegated and what not."""
-        from exirc.ir.meta import delegation_report
-
-        reports = {name: delegation_report(p.graph_module) for name, p in self.planned.items()}
-        return {name: report for name, report in reports.items() if report is not None}
 
 
 def _verifiers(target: str, kernels: frozenset[str] = frozenset()) -> dict[str, Verifier]:
@@ -170,6 +109,7 @@ def compile_methods(methods: dict[str, ExportedProgram],
     from exirc.ir.state import plan_state
     from exirc.pipelines import load_pipeline
     from exirc.plan.limits import check_arena_limit
+    from exirc.serialize.data_file.writer import write_data_file
     from exirc.serialize.writer import serialize
 
     pipeline = load_pipeline(options.target, options.pipeline)
@@ -189,18 +129,21 @@ def compile_methods(methods: dict[str, ExportedProgram],
     # Before emitting: a plan over the budget is a failed compile, and no file.
     check_arena_limit(planned, options.max_arena_bytes)
     started = time.perf_counter()
-    emitted = emit_methods(planned, constant_methods or {})  # graphs -> program model
+    emitted = emit_methods(planned, constant_methods or {},  # graphs -> program model
+                           external_weights=options.external_weights is not None)
     program = emitted.program
     report.stage_seconds["emit"] = time.perf_counter() - started
     started = time.perf_counter()
     data = serialize(program)                         # program model -> .pte bytes
+    external = None if emitted.data_file is None else write_data_file(emitted.data_file)
     report.stage_seconds["serialize"] = time.perf_counter() - started
     started = time.perf_counter()
-    check_loadable(data, kernels)                     # what exirc's loader would refuse
+    check_loadable(data, kernels, external)           # what exirc's loader would refuse
     report.stage_seconds["load_check"] = time.perf_counter() - started
     _fill_report(report, program, planned, len(data))
     _dump_program(instrument, program)
-    return CompileResult(program, data, report, planned, emitted.instruction_nodes)
+    return CompileResult(program, data, report, planned, emitted.instruction_nodes,
+                         external_data=external, external_path=options.external_weights)
 
 
 def _dump_program(instrument: Instrumentation, program: P.Program) -> None:

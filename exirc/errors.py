@@ -65,6 +65,15 @@ class TargetQuantizationError(UsageError):
                     "or --target portable")
 
 
+class ExternalDataError(UsageError):
+    """A program keeps weights in an external data file (`.ptd`) that was not
+    given, or the one given does not hold what the program reads."""
+
+    code = "E0205"
+    default_hint = ("pass the data file the program was compiled with: `exirc run PROGRAM "
+                    "--data FILE.ptd` (exirc.load(program, data=FILE))")
+
+
 class FormatError(ExircError):
     """A program file is malformed: `field` is the path of the bad field."""
 

@@ -37,6 +37,8 @@ PACKAGES = (
     Bindings(("program.fbs", "scalar_type.fbs"), "exirc.serialize.generated"),
     # The XNNPACK delegate's payload.
     Bindings(("xnnpack.fbs",), "exirc.serialize.xnnpack.generated"),
+    # The external data file (.ptd) that holds a program's weights.
+    Bindings(("data_file.fbs",), "exirc.serialize.data_file.generated"),
 )
 # The program bindings' folder (kept for callers that predate PACKAGES).
 TARGET = PACKAGES[0].target

@@ -18,7 +18,7 @@ from exirc.cli.sizes import SIZE_HELP, size_option
 from exirc.cli.stdio import is_stdio, refuse_terminal_stdout, write_stdout
 from exirc.errors import UsageError
 from exirc.inspector.render import human_bytes
-from exirc.serialize.files import check_output_directory, check_output_path
+from exirc.serialize.files import check_output_directory, check_output_path, write_atomically
 from exirc.serialize.mapped_file import refuse_special_file
 from exirc.targets import DEFAULT_TARGET, builtin_targets
 
@@ -50,6 +50,7 @@ Examples:
   exirc compile model.py --quantize int8 --calibration-inputs a.npz --target xnnpack
   exirc compile model.py --quantize int8 --calibration-inputs a.npz --verify-inputs b.npz
   exirc compile llm.py --quantize int4-weight-only -o llm.pte
+  exirc compile llm.py -o llm.pte --external-weights llm.ptd   # weights beside the program
 
 \b
 Verification (--verify): the program runs in exirc's interpreter and the
@@ -171,6 +172,11 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
               help="With 8da4w / 8da8w: embedding tables as int8 (a scale per row) or int4 "
                    "(groups of 128) rows. Their lookups need ExecuTorch's quantized kernel "
                    "library outside the delegates; none keeps them float.")
+@click.option("--external-weights", "external_weights", metavar="FILE.ptd",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the weights (constants, and delegates' weights) to this data file "
+                   "instead of the program, in ExecuTorch's .ptd format; run the program "
+                   "with `exirc run --data FILE.ptd` (ExecuTorch: data_path=).")
 @click.option("--explain-delegation", type=click.Choice(["text", "full", "json"]),
               is_flag=False, flag_value="text", default=None,
               help="Print what was delegated and, one line per reason and op with counts, "
@@ -193,6 +199,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     imports: tuple[str, ...], quantize: str | None,
                     calibration_inputs: tuple[str, ...], min_sqnr: float | None,
                     group_size: int | None, quantize_embeddings: str,
+                    external_weights: Path | None,
                     explain_delegation: str | None,
                     time_passes: bool, as_json: bool, quiet: bool, verbose: bool) -> None:
     """Compile MODEL to a .pte program."""
@@ -224,6 +231,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         check_output_path(output, "program")
     if dump_dir is not None:
         check_output_directory(dump_dir, "--dump-dir directory")
+    if external_weights is not None:
+        _check_data_path(external_weights, None if to_stdout else output)
     options = CompileOptions(target=target, pipeline=pipeline_file,
                              print_ir_after_all=print_ir_after_all,
                              print_ir_after_change=print_ir_after_change,
@@ -235,6 +244,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                              calibration_inputs=calibration_inputs,
                              quantize_group_size=group_size, min_sqnr_db=min_sqnr,
                              quantize_embeddings=quantize_embeddings,
+                             external_weights=external_weights,
                              on_stage=stage_printer() if wants_progress(
                                  sys.stderr, quiet=quiet, as_json=as_json) else None)
     for plugin in plugins:  # kernels it registers pass the kernel check (and run --verify)
@@ -249,9 +259,11 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         result = compile_model(model, options, example_inputs_path=example_inputs,
                                warn=lambda message: click.echo(f"warning: {message}", err=True))
     if to_stdout:
+        if result.external_data is not None and external_weights is not None:
+            write_atomically(external_weights, result.external_data)
         write_stdout(result.data)
     else:
-        result.save(output)
+        result.save(output)  # the data file too, first
     report = result.report
     if explain_delegation == "json":
         click.echo(explain_json(result.delegation), nl=False)
@@ -279,6 +291,9 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
         + (f", state {human_bytes(report.state_bytes)} (buffers the model updates, kept from "
            "run to run)" if report.state_bytes else ""),
     ]
+    if result.external_data is not None:
+        lines.append(f"  weights in {external_weights} ({human_bytes(len(result.external_data))}"
+                     "): run with --data, as ExecuTorch's runtime takes data_path")
     if result.quantization is not None:
         lines.extend(quantization_lines(result.quantization))
     delegated = summary_line(result.delegation)
@@ -296,6 +311,14 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     if result.verification is not None:
         lines.append(f"verified: {result.verification.summary()}")
     click.echo("\n".join(lines), file=sys.stderr)
+
+
+def _check_data_path(data: Path, program: Path | None) -> None:
+    """--external-weights must be a writable file other than the program."""
+    check_output_path(data, "--external-weights data file")
+    if program is not None and os.path.abspath(data) == os.path.abspath(program):
+        raise UsageError(f"--external-weights {data} is the program's own path",
+                         hint="give the data file its own name, e.g. model.ptd")
 
 
 def _check_input_files(model: str, example_inputs: str | None, pipeline_file: Path | None,

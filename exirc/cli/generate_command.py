@@ -22,6 +22,7 @@ Examples:
   exirc generate tiny_llm.pte --tokenizer tokenizer.json --prompt "the model"
   exirc generate tiny_llm.pte --tokenizer tokenizer.json --prompt "the model" \\
       --max-new-tokens 64 --temperature 0.8 --top-p 0.9 --seed 3
+  exirc generate llm.pte --data llm.ptd --tokenizer tokenizer.json --prompt "the model"
 
 The program is one compiled with ExecuTorch's LLM metadata as constant
 methods (docs/llm.md); the tokenizer a HuggingFace tokenizer.json (the
@@ -34,6 +35,10 @@ methods (docs/llm.md); the tokenizer a HuggingFace tokenizer.json (the
 @click.option("--tokenizer", "tokenizer_path", required=True, metavar="FILE",
               type=click.Path(dir_okay=False, path_type=str),
               help="The model's HuggingFace tokenizer.json.")
+@click.option("--data", "data_path", default=None, metavar="FILE.ptd",
+              type=click.Path(dir_okay=False, path_type=str),
+              help="The program's external data file, for weights compiled with "
+                   "--external-weights (ExecuTorch's runner: data_path).")
 @click.option("--prompt", required=True, help="The text to continue.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
@@ -46,7 +51,8 @@ methods (docs/llm.md); the tokenizer a HuggingFace tokenizer.json (the
               help="What runs the program (as `exirc run --engine`).")
 @click.option("--threads", type=int, default=None, callback=threads_option, metavar="N",
               help="torch's intra-op threads (default 1).")
-def generate_command(path: str, tokenizer_path: str, prompt: str, max_new_tokens: int,
+def generate_command(path: str, tokenizer_path: str, data_path: str | None, prompt: str,
+                     max_new_tokens: int,
                      temperature: float, top_p: float, seed: int, engine: str | None,
                      threads: int) -> None:
     """Generate text from the LLM program PATH, prompted with --prompt."""
@@ -56,7 +62,7 @@ def generate_command(path: str, tokenizer_path: str, prompt: str, max_new_tokens
     tokenizer = _tokenizer(tokenizer_path)
     ids = tokenizer.encode(prompt).ids
     with torch_threads(threads):
-        generator = TextGenerator(load(path, engine=engine))
+        generator = TextGenerator(load(path, data=data_path, engine=engine))
         shown: list[int] = []
 
         def show(token: int) -> None:

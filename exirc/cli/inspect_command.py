@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +20,9 @@ from exirc.inspector.render import instruction_lines, summary_lines
 from exirc.inspector.size import size_report
 from exirc.inspector.size_text import render_size
 from exirc.serialize import read_program_file
+from exirc.serialize.data_file import DataFile
+from exirc.serialize.data_file.reader import read_data_file
+from exirc.serialize.mapped_file import refuse_special_file
 from exirc.serialize.reader import map_file
 from exirc.serialize.symbolic_shapes import stored_symbolic_shapes
 
@@ -31,6 +35,7 @@ Examples:
   exirc inspect model.pte --show quantization   each quantized tensor: scheme, scales, zero points
   exirc inspect model.pte --memory-plan plan.html
   exirc inspect model.pte --json | jq '.methods[0].operators'
+  exirc inspect model.pte --data model.ptd      and check its external data file
   exirc compile model.py -o - | exirc inspect -   PATH - reads the program from stdin
 
 The --json shape is versioned ("format_version"); see docs/format.md.
@@ -46,11 +51,16 @@ VIEWS = ["summary", "instructions", "memory", "size", "quantization"]
 @click.option("--show", type=click.Choice(VIEWS), multiple=True,
               help="Views to print (repeatable); default: summary.")
 @click.option("--method", "method_name", default=None, help="Only this method.")
+@click.option("--data", "data_path", default=None, metavar="FILE.ptd",
+              type=click.Path(dir_okay=False, path_type=str),
+              help="The program's external data file (.ptd): checked to hold every tensor "
+                   "and delegate weight the program reads from it.")
 @click.option("--memory-plan", "memory_plan", default=None, metavar="HTML",
               type=click.Path(dir_okay=False, path_type=str),
               help="Write the memory plan as a timeline picture (self-contained HTML).")
 def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
-                    method_name: str | None, memory_plan: str | None) -> None:
+                    method_name: str | None, data_path: str | None,
+                    memory_plan: str | None) -> None:
     """Show what is inside the program file PATH (ours or ExecuTorch's; - for stdin)."""
     if is_stdio(path):
         data, path = read_stdin("program"), "<stdin>"
@@ -74,7 +84,7 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
     if memory_plan is not None:
         assert memory is not None
         _write_memory_plan(Path(memory_plan), memory, title=path)
-    info = describe(program_file, path=path)
+    info = describe(program_file, path=path, data=_data_file(data_path))
     if as_json:
         if memory is not None and "memory" in views:
             info["memory"] = {"methods": [method.to_json() for method in memory]}
@@ -101,6 +111,14 @@ def inspect_command(path: str, as_json: bool, show: tuple[str, ...],
     if "quantization" in views:
         texts.append([render_quantization(info, bold)])
     _write_lines(texts)
+
+
+def _data_file(path: str | None) -> tuple[DataFile, str, int] | None:
+    if path is None:
+        return None
+    refuse_special_file(path, "data file")
+    found = read_data_file(path)
+    return found, path, os.path.getsize(path)
 
 
 def _write_lines(views: list[Iterable[str]]) -> None:

@@ -65,6 +65,9 @@ def compile_body(result: CompileResult, output: str) -> dict[str, Any]:
         "total_seconds": report.total_seconds,
         "methods": [plan.name for plan in program.execution_plan],
         "bundled_cases": result.bundled_cases,
+        # with --external-weights: the data file the weights went to (null otherwise)
+        "external_data": None if result.external_data is None else {
+            "path": str(result.external_path), "size": len(result.external_data)},
         # with --quantize: sizes, accuracy per output, and its warnings (also in
         # "warnings", every warning the compile gave)
         "quantization": None if result.quantization is None else result.quantization.to_json(),

@@ -51,6 +51,7 @@ Examples:
   exirc run model.pte --random --trace trace.json    a timeline for ui.perfetto.dev
   exirc run model.pte --random --plugin my_kernels   kernels/backends from a module
   exirc run model.pte --check                        run the bundled test cases
+  exirc run model.pte --data model.ptd --random      weights in an external data file
   exirc run model.pte --random --max-steps 1000000 --max-seconds 5
                                                      a file you do not trust: tight limits
   exirc run model.pte --random --repeat 10 --json    outputs and latency, for programs
@@ -80,6 +81,11 @@ all pass and 5 if any fails.
 
 @click.command("run", epilog=EPILOG)
 @click.argument("path", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--data", "data_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              metavar="FILE.ptd",
+              help="The external data file (.ptd) holding the program's weights, for a "
+                   "program compiled with --external-weights (or ExecuTorch's external "
+                   "constants).")
 @click.option("--inputs", "-i", "input_paths", multiple=True, metavar="FILE",
               help="A .npy per input (repeatable, in order), or one .npz of all inputs.")
 @click.option("--random", "random_inputs", is_flag=True,
@@ -144,7 +150,8 @@ all pass and 5 if any fails.
                    "warm-up runs and threads, with --repeat the latency and with --profile "
                    "the time per operator and per instruction as JSON on stdout (format "
                    "exirc.run), or a JSON error object on failure.")
-def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
+def run_command(path: str, data_path: str | None, input_paths: tuple[str, ...],
+                random_inputs: bool,
                 shape_options: tuple[str, ...], seed: int | None,
                 method_name: str | None, output: str | None, repeat: int, warmup: int | None,
                 threads: int, profile_ops: bool, trace_path: str | None,
@@ -182,6 +189,8 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
     if trace_path is not None:
         _check_trace_path(trace_path, path, None if to_stdout else output)
         profile_ops = True
+    if data_path is not None:
+        refuse_special_file(data_path, "data file")
     for plugin in plugins:
         if plugin.endswith(".py") or os.sep in plugin:
             refuse_special_file(plugin, "plugin file")
@@ -197,8 +206,9 @@ def run_command(path: str, input_paths: tuple[str, ...], random_inputs: bool,
     # Loaded at the runs' thread count: a delegate's engine (onnxruntime) makes
     # its session for the count it is loaded at.
     with _out_of_memory(f"loading the program {path}"), torch_threads(threads):
-        program = load(path, max_memory=max_memory, max_steps=max_steps or DEFAULT_MAX_STEPS,
-                       max_seconds=max_seconds, allow_any_aten=allow_any_aten,
+        program = load(path, data=data_path, max_memory=max_memory,
+                       max_steps=max_steps or DEFAULT_MAX_STEPS, max_seconds=max_seconds,
+                       allow_any_aten=allow_any_aten,
                        engine="reference" if check else engine, dump_engine=dump_engine)
     if check:
         with _out_of_memory("running the bundled test cases"), torch_threads(threads):

@@ -173,7 +173,8 @@ def verify_result(result: CompileResult, references: dict[str, Reference], *,
     from exirc.runtime import load
 
     registry = kernels or KERNELS
-    program = load(result.data, kernels=registry, max_steps=max_steps, engine="reference")
+    program = load(result.data, data=result.external_data, kernels=registry,
+                   max_steps=max_steps, engine="reference")
     report = VerificationReport(tolerance)
     for name, reference in references.items():
         planned = result.planned[name]
@@ -199,7 +200,7 @@ def verify_result(result: CompileResult, references: dict[str, Reference], *,
                                         len(program.method(name).output_values))
                      for name in references}
         report.engine_problem = engine_mismatch(result.data, references, positions, tolerance,
-                                                registry, max_steps)
+                                                registry, max_steps, result.external_data)
     return report
 
 

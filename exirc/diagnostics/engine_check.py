@@ -24,16 +24,18 @@ if TYPE_CHECKING:
 
 def engine_mismatch(data: bytes, references: dict[str, Reference],
                     outputs: Mapping[str, Sequence[int]], tolerance: Tolerance,
-                    kernels: KernelRegistry, max_steps: int) -> str | None:
+                    kernels: KernelRegistry, max_steps: int,
+                    external_data: bytes | None = None) -> str | None:
     """Why the engines' run of the program differs from the reference's, or None
     (also when no engine would run any of it). `outputs`: per method, the
     positions of the outputs the model returns."""
     from exirc.runtime import load
 
-    accelerated = load(data, kernels=kernels, max_steps=max_steps)
+    accelerated = load(data, data=external_data, kernels=kernels, max_steps=max_steps)
     if not any(_uses_engine(accelerated, name) for name in references):
         return None
-    reference = load(data, kernels=kernels, max_steps=max_steps, engine="reference")
+    reference = load(data, data=external_data, kernels=kernels, max_steps=max_steps,
+                     engine="reference")
     for name, cases in references.items():
         if not _uses_engine(accelerated, name):
             continue

@@ -17,12 +17,14 @@ if TYPE_CHECKING:
     from exirc.runtime.kernels.registry import KernelRegistry
 
 
-def check_loadable(data: bytes, kernels: KernelRegistry | None = None) -> None:
+def check_loadable(data: bytes, kernels: KernelRegistry | None = None,
+                   external_data: bytes | None = None) -> None:
     """Refuse to hand out a program that exirc's own loader refuses (a write into a
     constant, an argument of the wrong kind, ...): the compile fails, no file is
     written. The reference interpreter loads it, with every check `exirc run` makes
     but those about this machine: its memory, and the delegation backends it has
-    (a delegate for a backend only the device has is the device's to check)."""
+    (a delegate for a backend only the device has is the device's to check).
+    `external_data`: the data file the weights went to, loaded with it."""
     from exirc.runtime import load
     from exirc.runtime.delegates.registry import BACKENDS, BackendRegistry
 
@@ -31,8 +33,8 @@ def check_loadable(data: bytes, kernels: KernelRegistry | None = None) -> None:
             return super().find(backend_id) or _UNCHECKED_BACKEND
 
     try:
-        load(data, kernels=kernels, backends=DeviceBackends(BACKENDS), engine="reference",
-             machine_limits=False)
+        load(data, data=external_data, kernels=kernels, backends=DeviceBackends(BACKENDS),
+             engine="reference", machine_limits=False)
     except ExircError as error:
         raise refused_by_own_loader(error) from error
 

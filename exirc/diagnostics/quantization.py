@@ -207,7 +207,8 @@ def _measure(result: CompileResult, quantized: Quantized,
 
     report = quantized.report
     report.weight_bytes = stored_weight_bytes(result)
-    program = load(result.data, kernels=kernels or KERNELS, engine="reference")
+    program = load(result.data, data=result.external_data, kernels=kernels or KERNELS,
+                   engine="reference")
     worst: dict[tuple[str, int], tuple[float, float, float]] = {}  # signal, noise, max
     for name, reference in quantized.float_references.items():
         method = program.method(name)
@@ -301,4 +302,4 @@ def stored_weight_bytes(result: CompileResult) -> int:
             continue
         counted.add(index)
         total += len(program.segments[index].data)
-    return total
+    return total + len(result.external_data or b"")  # weights kept beside the program

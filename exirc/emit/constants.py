@@ -74,6 +74,13 @@ class ConstantTable:
             self._state_index[name] = index
         return index
 
+    def drop_constants(self) -> None:
+        """Forget the constant buffers (their tensors were moved to an external
+        data file, `exirc.emit.external`); initial values of state stay."""
+        self.buffers = [b""]
+        self._index = {}
+        self.names = {}
+
     def stored_at(self, data: bytes) -> tuple[int, int] | None:
         """(segment index, offset) of a constant buffer holding exactly `data`,
         once attached; None if there is none (or `data` is empty)."""

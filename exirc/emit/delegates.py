@@ -16,6 +16,7 @@ from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.emit.constants import ConstantTable, content_key
 from exirc.errors import InternalError
 from exirc.serialize import program as P
+from exirc.serialize.data_file import DataFile
 
 
 def backend_delegate(lowered: LoweredDelegate) -> P.BackendDelegate:
@@ -27,9 +28,13 @@ def backend_delegate(lowered: LoweredDelegate) -> P.BackendDelegate:
 
 
 def attach(program: P.Program, plan: P.ExecutionPlan, lowered: list[LoweredDelegate],
-           constants: ConstantTable) -> None:
+           constants: ConstantTable, data_file: DataFile | None = None) -> None:
     """Store the payloads and named data of `plan`'s delegates in `program`
-    (after `constants` are attached, so named data can share their bytes)."""
+    (after `constants` are attached, so named data can share their bytes), the
+    named data in `data_file` instead when the weights are external."""
+    if data_file is not None:
+        _attach_external(program, plan, lowered, data_file)
+        return
     stored = {named.key: program.segments[named.segment_index].data
               for named in program.named_data}
     by_content = {content_key(bytes(program.segments[named.segment_index].data)):
@@ -51,3 +56,19 @@ def attach(program: P.Program, plan: P.ExecutionPlan, lowered: list[LoweredDeleg
                 continue
             program.add_named_segment(key, bytes(data), constants.stored_at(bytes(data)))
             by_content[content] = len(program.segments) - 1
+
+
+def _attach_external(program: P.Program, plan: P.ExecutionPlan, lowered: list[LoweredDelegate],
+                     data_file: DataFile) -> None:
+    """Payloads in the program, their weights in the data file (which stores
+    equal bytes once, whatever their keys)."""
+    for entry, delegate in zip(plan.delegates, lowered, strict=True):
+        program.segments.append(P.DataSegment(delegate.result.processed))
+        entry.processed = P.BackendDelegateDataReference(P.DataLocation.SEGMENT,
+                                                         len(program.segments) - 1)
+        for key, data in delegate.result.named_data.items():
+            known = data_file.get(key)
+            if known is not None and bytes(known.data) != bytes(data):
+                raise InternalError(f"two delegates store different data under the "
+                                    f"named-data key {key!r}")
+            data_file.add(key, bytes(data))

@@ -12,6 +12,7 @@ from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.emit import delegates
 from exirc.emit.constant_methods import constant_plan
 from exirc.emit.constants import ConstantTable
+from exirc.emit.external import move_weights
 from exirc.emit.io_names import method_io_names
 from exirc.emit.method import MethodEmitter
 from exirc.emit.module_paths import instruction_module_paths
@@ -20,6 +21,7 @@ from exirc.ir.state import STATE_ALIGNMENT
 from exirc.plan.placement import round_up
 from exirc.serialize import io_names, module_paths, symbolic_shapes
 from exirc.serialize import program as P
+from exirc.serialize.data_file import DataFile
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -31,6 +33,8 @@ class EmittedProgram:
     # Per method, the graph node each instruction of chain 0 was made for
     # (nodes of subgraphs included), so diagnostics can map back to the graph.
     instruction_nodes: dict[str, list[Node]]
+    # With external weights: the data file holding them (`exirc.emit.external`).
+    data_file: DataFile | None = None
 
 
 def emit_program(methods: dict[str, ExportedProgram]) -> P.Program:
@@ -39,9 +43,11 @@ def emit_program(methods: dict[str, ExportedProgram]) -> P.Program:
 
 
 def emit_methods(methods: dict[str, ExportedProgram],
-                 constant_methods: Mapping[str, Any] | None = None) -> EmittedProgram:
+                 constant_methods: Mapping[str, Any] | None = None,
+                 external_weights: bool = False) -> EmittedProgram:
     """Out-variant, memory-planned methods -> the program model, and where each
-    instruction comes from; `constant_methods` (name -> value) follow the methods."""
+    instruction comes from; `constant_methods` (name -> value) follow the methods.
+    `external_weights`: constants and delegate weights go to a data file instead."""
     constants = ConstantTable()
     program = P.Program()
     delegated: list[tuple[P.ExecutionPlan, list[LoweredDelegate]]] = []
@@ -76,9 +82,10 @@ def emit_methods(methods: dict[str, ExportedProgram],
         plan.non_const_buffer_sizes.append(round_up(state_bytes, STATE_ALIGNMENT))
     for name, value in (constant_methods or {}).items():
         program.execution_plan.append(constant_plan(name, value))
+    data_file = move_weights(program, constants) if external_weights else None
     constants.attach(program)
     for plan, lowered in delegated:
-        delegates.attach(program, plan, lowered, constants)
+        delegates.attach(program, plan, lowered, constants, data_file)
     if shapes:
         program.add_named_segment(symbolic_shapes.NAMED_DATA_KEY, symbolic_shapes.encode(shapes),
                                   packed=True)
@@ -88,4 +95,4 @@ def emit_methods(methods: dict[str, ExportedProgram],
     if modules:
         program.add_named_segment(module_paths.NAMED_DATA_KEY, module_paths.encode(modules),
                                   packed=True)
-    return EmittedProgram(program, nodes)
+    return EmittedProgram(program, nodes, data_file)

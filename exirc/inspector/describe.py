@@ -22,6 +22,7 @@ from exirc.inspector.delegates import (
     program_payloads,
     weight_segments,
 )
+from exirc.inspector.external_data import external_data_facts
 from exirc.inspector.kernels import kernel_needs
 from exirc.inspector.lazy_json import SLOT, Lazy, Template
 from exirc.inspector.listing import ListingContext, instruction_text, source_of, value_type
@@ -29,8 +30,10 @@ from exirc.inspector.quantization import quantization_facts
 from exirc.serialize import ProgramFile, io_names, symbolic_shapes
 from exirc.serialize import program as P
 from exirc.serialize.bundled_cases import read_bundle
+from exirc.serialize.data_file import DataFile
 from exirc.serialize.module_paths import ModulePaths, stored_module_paths
 from exirc.serialize.symbolic_shapes import MethodShapes
+from exirc.serialize.validate import external
 
 FORMAT_NAME = "exirc.inspect"
 FORMAT_VERSION = 1
@@ -40,7 +43,10 @@ FORMAT_VERSION = 1
 _BUFFER = Template({"id": SLOT, "bytes": SLOT})
 
 
-def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
+def describe(pf: ProgramFile, *, path: str | None = None,
+             data: tuple[DataFile, str, int] | None = None) -> dict[str, Any]:
+    """What `inspect --json` prints; `data` is the external data file given
+    (its contents, path and size), checked against the program."""
     program = pf.program
     roles = segment_roles(program)
     shapes = symbolic_shapes.stored_symbolic_shapes(program)
@@ -86,6 +92,8 @@ def describe(pf: ProgramFile, *, path: str | None = None) -> dict[str, Any]:
         "quantization": quantization_facts(program, payloads),
         # The kernel libraries the runtime must link, and the backends it must have.
         "kernels": kernel_needs(program),
+        # Tensors and delegate weights in an external data file (null: none).
+        "external_data": external_data_facts(program, key_users, data),
     }
 
 
@@ -150,7 +158,7 @@ def constants_summary(program: P.Program, stored_bytes: int) -> dict[str, int]:
     for plan in program.execution_plan:
         for value in plan.values:
             if isinstance(value, P.Tensor) and value.data_buffer_idx \
-                    and value.allocation_info is None:
+                    and value.allocation_info is None and not external(value):
                 used.add(value.data_buffer_idx)
     return {
         "count": len(used),

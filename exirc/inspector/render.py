@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from exirc.inspector.delegates import counts_text, plan_payloads
+from exirc.inspector.external_data import external_data_line
 from exirc.inspector.kernels import kernels_line
 from exirc.inspector.listing import listing_lines
 from exirc.inspector.quantization import call_notes, scheme_counts
@@ -105,6 +106,8 @@ def summary_lines(info: dict[str, Any], bold: Style) -> Iterator[str]:
     if "kernels" in info:
         yield bold("kernels: ") + clean(kernels_line(info["kernels"]))
     yield bold("constants: ") + f"{plural(c['count'], 'tensor')}, {human_bytes(c['bytes'])}"
+    if info.get("external_data"):
+        yield bold("external data: ") + clean(external_data_line(info["external_data"]))
     size = info["size"]
     total = max(size["total"], 1)
     parts = [f"{key.replace('_', ' ')} {human_bytes(size[key])} ({100 * size[key] / total:.0f}%)"

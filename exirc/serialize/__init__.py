@@ -4,7 +4,9 @@
 every offset, length and index checked, raising `exirc.errors.FormatError` on
 anything malformed. The program model (`exirc.serialize.program`) and the
 metadata segments exirc adds (symbolic shapes, constant names, bundled cases)
-live here too: the runtime, the emitter and the inspector all share them.
+live here too: the runtime, the emitter and the inspector all share them, as
+does the external data file (`.ptd`) a program's weights may be kept in
+(`exirc.serialize.data_file`).
 """
 
 from exirc.serialize.reader import ProgramFile, deserialize, read_program_file

@@ -33,6 +33,12 @@ def validate_program(program: P.Program) -> None:
         _PlanChecker(program, plan, f"execution_plan[{i}]", constant_sizes).check()
 
 
+def external(tensor: P.Tensor) -> bool:
+    """Whether the tensor's data is in an external data file, found by its name."""
+    extra = tensor.extra_tensor_info
+    return extra is not None and extra.location == P.TensorDataLocation.EXTERNAL
+
+
 def _stride_extent(sizes: list[int]) -> int:
     """The product of the sizes with 0 counted as 1: what strides multiply."""
     extent = 1
@@ -159,7 +165,9 @@ class _PlanChecker:
             _index(tensor.data_buffer_idx,
                    len(self.program.mutable_data_segments[segment].offsets),
                    f"{path}.data_buffer_idx", "mutable data offsets")
-        elif tensor.data_buffer_idx:
+        elif tensor.data_buffer_idx and not external(tensor):
+            # (an external tensor's index counts the data file's tensors, as ExecuTorch
+            # writes it; its bytes are checked against the data file at load)
             _index(tensor.data_buffer_idx, len(self.constant_sizes),
                    f"{path}.data_buffer_idx", "constant buffers")
             available = self.constant_sizes[tensor.data_buffer_idx]

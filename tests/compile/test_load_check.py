@@ -105,7 +105,8 @@ def test_verify_running_a_program_its_loader_refuses_says_so_too(
     # refuse it: the same bug, the same words.
     import exirc.compiler
 
-    monkeypatch.setattr(exirc.compiler, "check_loadable", lambda data, kernels: None)
+    monkeypatch.setattr(exirc.compiler, "check_loadable",
+                        lambda data, kernels, external=None: None)
     monkeypatch.chdir(tmp_path)
     write(tmp_path, "model.py", MLP)
     pipeline = _lossy_pipeline(tmp_path, monkeypatch)

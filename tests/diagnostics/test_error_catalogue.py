@@ -25,6 +25,7 @@ from exirc.diagnostics.catalogue import CATALOGUE, closest_codes, lookup
 from exirc.diagnostics.error_doc import EXIT_CODES
 from exirc.errors import (
     ExircError,
+    ExternalDataError,
     FormatError,
     InputError,
     InternalError,
@@ -221,6 +222,16 @@ def run_program(build: Callable[[], P.Program], *options: str,
     return argv
 
 
+def external_weight_program() -> P.Program:
+    """add_constant_program with its weight kept in an external data file, by name."""
+    program = add_constant_program()
+    weight = program.execution_plan[0].values[1]
+    assert isinstance(weight, P.Tensor)
+    weight.extra_tensor_info = P.ExtraTensorInfo(fully_qualified_name="w",
+                                                 location=P.TensorDataLocation.EXTERNAL)
+    return program
+
+
 def verify_swapped_relu(directory: Path, plugin: str) -> list[str]:
     """`exirc compile --verify` of MLP with a plugin pass that turns relu into sigmoid."""
     write(directory, "model.py", MLP)
@@ -272,6 +283,9 @@ CASES = [
                    "cannot run in XNNPACK with its integer weights: its int4 weights are in "
                    "groups of 8") + ".+",
          re.escape("use --quantize 8da4w or 8da8w") + ".+"),
+    Case("E0205", 2, run_program(external_weight_program, "--random"),
+         re.escape("the program reads 1 tensor from an external data file (w), and none was "
+                   "given"), exactly(ExternalDataError.default_hint)),
     Case("E0300", 3, inspect_bytes(b"\x00" * 64),
          re.escape("header: file identifier is b'\\x00\\x00\\x00\\x00', expected b'ET12': ")
          + ".+", exactly(FormatError.default_hint)),

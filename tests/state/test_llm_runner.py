@@ -81,6 +81,32 @@ def test_executorch_llm_runner_generates_the_eager_tokens(example: Any,
     assert pieces == [tokenizer.decode([token]) for token in expected][:len(pieces)]
 
 
+@requires_executorch
+@pytest.mark.skipif(importlib.util.find_spec("executorch.extension.llm.runner") is None,
+                    reason="needs ExecuTorch's LLM runner")
+def test_external_weights_generate_the_eager_tokens_on_both_runners(
+        example: Any, files: tuple[Path, Path], tmp_path: Path) -> None:
+    """The same program with its weights in a .ptd: ExecuTorch's runner takes it as
+    data_path, `exirc generate` as --data; both give the eager tokens."""
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    program, data = tmp_path / "llm.pte", tmp_path / "llm.ptd"
+    options = CompileOptions(target="xnnpack", external_weights=data)
+    compile_model(str(EXAMPLES / "tiny_llm.py"), options).save(program)
+    assert data.stat().st_size > program.stat().st_size  # the weights left the program
+    tokenizer, expected = _eager(example, files[1])
+    pieces: list[str] = []
+    runner = TextLLMRunner(str(program), str(files[1]), data_path=str(data))
+    runner.generate(PROMPT, GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.0,
+                                             echo=False), token_callback=pieces.append)
+    assert len(pieces) >= 16
+    assert pieces == [tokenizer.decode([token]) for token in expected][:len(pieces)]
+    done = _exirc_generate((program, files[1]), "--data", str(data),
+                           "--max-new-tokens", str(NEW_TOKENS))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == tokenizer.decode(expected) + "\n"
+
+
 def _exirc_generate(files: tuple[Path, Path], *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "exirc", "generate", str(files[0]),
                            "--tokenizer", str(files[1]), "--prompt", PROMPT, *options],

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from exirc.errors import FormatError, UnsupportedOperatorError, UsageError
 from exirc.runtime.core import arenas as memory
 from exirc.runtime.core import argument_kinds
+from exirc.runtime.core.external_data import open_program_files
 from exirc.runtime.core.io_names import name_inputs_and_outputs
 from exirc.runtime.core.method import DEFAULT_MAX_STEPS, Method
 from exirc.runtime.core.module_paths import name_modules
@@ -45,6 +46,7 @@ from exirc.runtime.kernels.registry import (
 from exirc.runtime.machine import available_memory
 from exirc.serialize import program as P
 from exirc.serialize import read_program_file, symbolic_shapes
+from exirc.serialize.data_file.reader import DataSource
 from exirc.serialize.io_names import stored_io_names
 from exirc.serialize.mapped_file import MappedFile, open_mapped
 from exirc.serialize.module_paths import stored_module_paths
@@ -104,7 +106,8 @@ class LoadedProgram:
         return self.method(method).run(inputs, profile=profile)
 
 
-def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+def load(source: Source, *, data: DataSource | None = None,
+         max_memory: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
          max_seconds: float | None = None,
          kernels: KernelRegistry | None = None,
          backends: BackendRegistry | None = None,
@@ -112,6 +115,12 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
          dump_engine: str | os.PathLike[str] | None = None,
          machine_limits: bool = True) -> LoadedProgram:
     """Load a `.pte` program (a path, or its bytes) for running.
+
+    `data` is the external data file (`.ptd`, a path or its bytes) holding the
+    weights of a program compiled with them outside itself (`exirc compile
+    --external-weights`, or ExecuTorch's external constants); a program that
+    reads one needs it (ExternalDataError otherwise), and several programs
+    may share one.
 
     `max_memory` caps the bytes of planned memory (arenas) the program may
     claim; whatever it is, a plan larger than the memory available now is
@@ -137,8 +146,8 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     policy = EnginePolicy.resolve(engine, dump_engine)
     check_policy(policy)
     mapped = _map(source) if isinstance(source, (str, os.PathLike)) else None
-    data = mapped.view if mapped is not None else source
-    program = read_program_file(data).program  # checked: every index is in range
+    program_bytes = mapped.view if mapped is not None else source
+    program = read_program_file(program_bytes).program  # checked: every index is in range
     plans = program.execution_plan
     _check_method_names(plans)
     kernel_tables, backend_tables = _resolve(plans, kernels or KERNELS, backends or BACKENDS,
@@ -149,23 +158,26 @@ def load(source: Source, *, max_memory: int | None = None, max_steps: int = DEFA
     modules = stored_module_paths(program)
     shapes = symbolic_shapes.stored_symbolic_shapes(program)
     stored_names = stored_io_names(program)
+    files = open_program_files(program, mapped, data, delegates.named_data_index(program))
     shared = memory.allocate_shared_arenas(plans)
     methods = {}
-    named_data = delegates.named_data_index(program) if any(p.delegates for p in plans) \
-        else None
     for i, plan in enumerate(plans):
         where = f"execution_plan[{i}]"
         handles, choices = [], []
         for j, (delegate, backend) in enumerate(zip(plan.delegates, backend_tables[i])):
-            handle = delegates.initialise(backend, program, delegate,
-                                          f"{where}.delegates[{j}]", named_data)
+            try:
+                handle = delegates.initialise(backend, program, delegate,
+                                              f"{where}.delegates[{j}]", files.named)
+            except FormatError:
+                files.explain_missing(f"delegate {j} of method {plan.name!r}")
+                raise
             choice = prepare_delegate(policy, delegate.id, handle, f"{plan.name}.delegate{j}")
             handles.append((backend, handle) if choice.handle is None
                            else (ENGINE_RUNNER, choice.handle))
             choices.append(choice)
         method = Method(program, plan, where, kernel_tables[i], handles, max_steps,
                         shapes.get(plan.name), shared, max_seconds=max_seconds,
-                        file_guard=mapped, policy=policy, delegate_choices=choices)
+                        files=files, policy=policy, delegate_choices=choices)
         name_inputs_and_outputs(method, stored_names)
         methods[plan.name] = method
     name_modules(methods, plans, modules)

@@ -48,6 +48,7 @@ import torch
 
 from exirc.runtime.core import arenas as memory
 from exirc.runtime.core.argument_checks import check_method
+from exirc.runtime.core.external_data import ProgramFiles
 from exirc.runtime.core.inputs import InputSpec, check_inputs, input_spec, signature
 from exirc.runtime.core.instruction_places import InstructionPlaces
 from exirc.runtime.core.loop_clocks import LoopClocks
@@ -69,7 +70,6 @@ from exirc.serialize.symbolic_shapes import MethodShapes
 
 if TYPE_CHECKING:
     from exirc.runtime.core.profile import Profile
-    from exirc.serialize.mapped_file import MappedFile
 
 Observer = Callable[[int, int], None]
 """`observer(chain, index)`: called after instruction `index` of `chain` has run."""
@@ -97,16 +97,16 @@ class Method:
                  kernels: Mapping[int, Kernel], backends: Sequence[tuple[Any, Any]],
                  max_steps: int = DEFAULT_MAX_STEPS, shapes: MethodShapes | None = None,
                  shared_arenas: dict[int, memory.Arena] | None = None, *,
-                 max_seconds: float | None = None, file_guard: MappedFile | None = None,
+                 max_seconds: float | None = None, files: ProgramFiles | None = None,
                  policy: EnginePolicy | None = None,
                  delegate_choices: Sequence[DelegateChoice] = ()) -> None:
         """`max_steps` bounds a run's work (see `DEFAULT_MAX_STEPS`), and with it
         the CPU time its loops may spend; `max_seconds`, if given, its wall-clock
-        time (`clocks`). `file_guard`, for a program read from a mapped file, is
-        checked before each run: constants are read in place, and a file
-        truncated since the load would fault (SIGBUS) instead of failing."""
+        time (`clocks`). `files` (external tensors, and the mapped files read in
+        place) is checked before each run: a file truncated since the load
+        would fault (SIGBUS) instead of failing."""
         self.name = plan.name
-        self._file_guard = file_guard
+        self._files = files or ProgramFiles()
         self.shapes = shapes
         self.max_steps = max_steps
         self.clocks = LoopClocks(plan.name, max_steps, max_seconds)
@@ -118,7 +118,7 @@ class Method:
         # The checks read a skeleton of the value table: every tensor is made (and
         # so checked) but not kept (`values`); the real table waits for a run.
         skeleton = value_table(program, plan, self._arenas, where, self._initial_state,
-                               keep_tensors=False)
+                               keep_tensors=False, external=self._files.tensors)
         self.reset_state()
         self._written = written = written_values(plan, kernels)
         values = Values(skeleton, plan.values, written)
@@ -178,8 +178,7 @@ class Method:
 
     def reset_state(self) -> None:
         """Put the program state this method holds back to its initial value."""
-        if self._file_guard is not None:
-            self._file_guard.check()  # the initial values are read from the file
+        self._files.check()  # the initial values are read from the file
         for target, initial in self._initial_state:
             target[:] = numpy.frombuffer(initial, dtype=numpy.uint8)
 
@@ -196,7 +195,8 @@ class Method:
         first look at the table) because a torch tensor per value and a step
         per instruction cost tens of times the file's bytes."""
         plan = self._plan
-        env = value_table(self._program, plan, self._arenas, self._plan_where, [])
+        env = value_table(self._program, plan, self._arenas, self._plan_where, [],
+                          external=self._files.tensors)
         values = Values(env, plan.values, self._written)
         chains: list[list[Step]] = []
         straight: list[list[Action] | None] = []
@@ -230,8 +230,7 @@ class Method:
 
         `observer(chain, index)`, if given, is called after every instruction
         that runs, in execution order (see the module docstring)."""
-        if self._file_guard is not None:
-            self._file_guard.check()
+        self._files.check()
         checked = check_inputs(self.name, self.inputs, self.shapes, inputs)
         if self._chains is None:
             self._make_ready()  # once: what loading checked but did not keep

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from exirc.errors import UnsupportedOperatorError
+from exirc.errors import ExternalDataError
 from exirc.runtime.core import arenas as memory
 from exirc.runtime.kernels.registry import Kernel
 from exirc.serialize import program as P
@@ -48,15 +48,18 @@ the real table, but never run."""
 def value_table(program: P.Program, plan: P.ExecutionPlan,
                 arenas: memory.Arenas, where: str,
                 initial_state: list[tuple[Any, memoryview]],
-                keep_tensors: bool = True) -> list[Any]:
+                keep_tensors: bool = True,
+                external: Mapping[str, bytes | memoryview] | None = None) -> list[Any]:
     """The table of `plan`'s values; each tensor that is program state adds
     (where in an arena, initial bytes) to `initial_state`. `keep_tensors=False`:
-    each tensor is made and dropped, and `UNMADE` stands in its slot."""
+    each tensor is made and dropped, and `UNMADE` stands in its slot. `external`:
+    the bytes of the tensors kept in a data file, by name, checked at load
+    (`exirc.runtime.core.external_data`)."""
     env: list[Any] = []
     copies = _Copies()
     for i, value in enumerate(plan.values):
         if isinstance(value, P.Tensor):
-            made = _tensor(program, value, arenas, where, i, initial_state)
+            made = _tensor(program, value, arenas, where, i, initial_state, external or {})
             env.append(made if keep_tensors else UNMADE)
         elif isinstance(value, P.Int):
             env.append(value.int_val)
@@ -101,14 +104,17 @@ class _Copies:
 
 
 def _tensor(program: P.Program, meta: P.Tensor, arenas: memory.Arenas, where: str, index: int,
-            initial_state: list[tuple[Any, memoryview]]) -> torch.Tensor:
+            initial_state: list[tuple[Any, memoryview]],
+            external: Mapping[str, bytes | memoryview]) -> torch.Tensor:
     at = f"{where}.values[{index}]"
     dtype = memory.torch_dtype(meta.scalar_type, at)
     extra = meta.extra_tensor_info
     if extra is not None and extra.location == P.TensorDataLocation.EXTERNAL:
-        raise UnsupportedOperatorError(
-            f"{at} keeps its data outside the program (external data "
-            f"{extra.fully_qualified_name!r}), which the interpreter cannot load yet")
+        data = external.get(extra.fully_qualified_name or "")
+        if data is None:  # loading resolves every external tensor first
+            raise ExternalDataError(f"{at} reads {extra.fully_qualified_name!r} from an "
+                                    "external data file, which was not resolved")
+        return memory.constant_tensor(data, meta, dtype)
     info = meta.allocation_info
     if info is None:
         if meta.data_buffer_idx:
