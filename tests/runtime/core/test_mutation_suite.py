@@ -42,7 +42,7 @@ from tools.mutants.generate import (
 from tools.mutants.runner import Result, run_mutants
 from tools.mutants.session import prepare
 
-MUTANTS = 2000
+MUTANTS = 1200  # a sample on every `make test`; `make fuzz` runs 12,000
 CLI_SAMPLE = 20  # of them, also through the real `exirc inspect` in a new process,
 CLI_RUNS = 6  # and this many through the real `exirc run` (seconds each: it imports torch)
 SEED = 16
