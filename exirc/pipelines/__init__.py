@@ -17,6 +17,7 @@ from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
 from exirc.backend.keep_attention import KeepAttention
 from exirc.backend.keep_lstm import KeepLstm
+from exirc.backend.kv_attention import BindKvAttention
 from exirc.backend.linear_weights import LinearWeights
 from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
@@ -33,6 +34,7 @@ from exirc.passes import pipeline as pipeline_format
 from exirc.passes.contract import Pass
 from exirc.passes.pipeline import Pipeline
 from exirc.plan.alias_views import AliasViews
+from exirc.plan.kv_cache import UpdateCachesInPlace
 from exirc.plan.memory_plan import MemoryPlanPass
 from exirc.plan.to_out_variants import ToOutVariants
 from exirc.plan.write_back_state import WriteBackState
@@ -40,11 +42,11 @@ from exirc.targets import DEFAULT_TARGET
 
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
-    KeepLstm, KeepAttention, ToEdge, RemoveAssertions, ViewsToCopies, MergePermutes,
-    ScalarsToTensors, RemoveNoopCopies,
+    KeepLstm, KeepAttention, BindKvAttention, ToEdge, RemoveAssertions, ViewsToCopies,
+    MergePermutes, ScalarsToTensors, RemoveNoopCopies,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, LinearWeights, Fuse, QuantFusion,
-    WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,
+    WriteBackState, UpdateCachesInPlace, AliasViews, ToOutVariants, MemoryPlanPass,
 )
 
 BUILTIN_PASSES: dict[str, type[Pass]] = {cls.name: cls for cls in _BUILTIN_CLASSES}
