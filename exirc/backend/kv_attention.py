@@ -16,8 +16,8 @@ with it. That is only right if the attention is the cache's one reader and
 the write its one writer, which the match requires; a cache used any other
 way, or by an attention that is no exact match, stays as it was, decomposed.
 
-The reasons are kept on the program (`attention_report`), for the compile
-summary and `--explain-delegation`.
+The reasons are kept on the method's graph (`exirc.ir.meta.attention_report`),
+for the compile summary and `--explain-delegation`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from exirc.backend.kv_match import Binding, CacheRead, NoMatch, is_attention, match
 from exirc.backend.llama_ops import custom_sdpa_op, update_cache_op
+from exirc.ir.meta import set_attention_report
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from torch.fx import Graph, Node
 
 aten = torch.ops.aten
-_REPORT = "exirc_attention_report"
 
 
 @dataclass
@@ -53,14 +53,6 @@ class AttentionReport:
                  "llama::update_cache + llama::custom_sdpa"]
         lines += [f"  %{name} left decomposed: {reason}" for name, reason in self.unbound]
         return lines
-
-
-_REPORTS: dict[int, AttentionReport] = {}
-
-
-def attention_report(program: Any) -> AttentionReport | None:
-    """The report the pass left for a method's program, if it ran on it."""
-    return _REPORTS.get(id(program.state_dict))
 
 
 def _call(graph: Graph, target: Any, args: tuple[Any, ...], val: Any, like: Node) -> Node:
@@ -166,7 +158,7 @@ class BindKvAttention(Pass):
         for binding in bindings:
             _bind(program, binding)
         if report.bound or report.unbound:
-            _REPORTS[id(program.state_dict)] = report
+            set_attention_report(program.graph_module, report)
         if bindings:  # the mask is left for to_edge's dead code elimination
             program.graph_module.recompile()
         return PassResult(program, bool(bindings))

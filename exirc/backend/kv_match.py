@@ -198,21 +198,28 @@ def _unsqueezed(node: Any) -> Any:
     return node
 
 
+def _lead_stripped(node: Any) -> tuple[int, ...]:
+    shape = _shape(node)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
 def check_mask(mask: Any, start: Hashable, length: int, cache_length: int,
                order: dict[Node, int]) -> None:
     """That `mask` is the causal mask of start position `start` for `length` rows."""
     if mask is None:
         raise NoMatch("no mask: attention reads the whole cache, not a causal prefix")
-    shape = _shape(mask)
     if _is(mask, aten.expand.default):
         source = mask.args[0]
-        if _shape(source)[-2:] != shape[-2:]:
+        if _shape(source)[-2:] != _shape(mask)[-2:]:
             raise NoMatch("the mask is broadcast along its rows or positions")
         mask = source
-    if fake(mask).dtype != torch.bool or len(shape) != 4 or \
-            shape[-2:] != (length, cache_length) or \
-            not all(s == 1 for s in _shape(mask)[:-2]):
-        raise NoMatch(f"the mask is not a bool [1, 1, {length}, {cache_length}]")
+    shape = _shape(mask)
+    if fake(mask).dtype != torch.bool or len(shape) < 2 or \
+            shape[-2:] != (length, cache_length) or not all(s == 1 for s in shape[:-2]):
+        raise NoMatch(f"the mask is not a bool [{length}, {cache_length}] (or that with "
+                      "leading 1s)")
     if _is(mask, aten.le.Tensor):
         columns, rows = mask.args
     elif _is(mask, aten.ge.Tensor):
@@ -220,8 +227,8 @@ def check_mask(mask: Any, start: Hashable, length: int, cache_length: int,
     else:
         raise NoMatch(f"the mask is {getattr(mask, 'target', mask)}, not a position "
                       "comparison")
-    if _shape(columns) != (1,) * (len(shape) - 1) + (cache_length,) or \
-            _shape(rows) != (1,) * (len(shape) - 2) + (length, 1):
+    if _lead_stripped(columns) != (cache_length,) or \
+            _lead_stripped(rows) not in ((length, 1), () if length == 1 else None):
         raise NoMatch("the mask does not compare cache positions with query positions")
     if positions(_unsqueezed(columns), order) != (0, cache_length):
         raise NoMatch("the mask's columns are not the cache positions 0 .. S_max - 1")

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from exirc.cli.compile_memory import memory_text, working_arenas
-from exirc.cli.delegation_text import explain_json, explain_text, summary_line
+from exirc.cli.delegation_text import attention_lines, explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
 from exirc.cli.progress import stage_printer, wants_progress
 from exirc.cli.quantization_text import quantization_lines
@@ -251,6 +251,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     elif explain_delegation is not None:
         click.echo(explain_text(result.delegation, full=explain_delegation == "full"),
                    nl=False)
+        click.echo("".join(f"{line}\n" for line in
+                           attention_lines(result.planned, summary=False)), nl=False)
     if time_passes and report.instrument is not None:
         click.echo(report.instrument.timing_table(), err=True)
     if as_json:
@@ -277,6 +279,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     delegated = summary_line(result.delegation)
     if delegated:
         lines.append(delegated)
+    lines.extend(attention_lines(result.planned, summary=True))
     if verbose:
         for plan in result.program.execution_plan:
             ops = sorted({op.qualified_name for op in plan.operators})

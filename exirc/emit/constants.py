@@ -40,6 +40,7 @@ class ConstantTable:
         # in ExecuTorch's mutable data segment; entry 0 is reserved likewise.
         self.initial_states: list[bytes] = [b""]
         self._state_index: dict[str, int] = {}
+        self._state_shape: dict[str, tuple[int, ...]] = {}
         self._state_content: dict[tuple[int, bytes], int] = {}
         # Once attached: the constant segment's index and each buffer's offset in it.
         self._segment: int | None = None
@@ -62,6 +63,12 @@ class ConstantTable:
 
         States with equal initial values share an entry: each is copied into
         its own planned memory when a method loads."""
+        shape = self._state_shape.setdefault(name, tuple(tensor.shape))
+        if shape != tuple(tensor.shape):
+            from exirc.ir.state import StateLayoutError
+
+            raise StateLayoutError(f"the methods read state {name!r} in two layouts: "
+                                   f"{list(shape)} and {list(tensor.shape)}")
         index = self._state_index.get(name)
         if index is None:
             data = tensor_bytes(tensor)
