@@ -64,7 +64,7 @@ def test_bound_attention_equals_eager_and_the_decomposed_program(kv_heads: int,
     model = kv_models.make(kv_heads)
     expected = _eager(model, length)
     bound = _compile(model, length)
-    assert LLAMA_OPS <= _operators(bound)
+    assert _operators(bound) >= LLAMA_OPS
     assert not any(name.startswith("aten::index_put") for name in _operators(bound))
     decomposed = _compile(model, length, target="xnnpack")
     assert not LLAMA_OPS & _operators(decomposed)
