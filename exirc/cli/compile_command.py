@@ -103,7 +103,8 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
 @click.option("--target", default=DEFAULT_TARGET, show_default=True,
               help=f"What to compile for: {', '.join(builtin_targets())} (portable runs on "
                    "ExecuTorch too; xnnpack delegates what XNNPACK runs, for ExecuTorch's "
-                   "XNNPACK backend; exirc adds exirc's fused ops).")
+                   "XNNPACK backend; xnnpack-llm also binds KV-cache attention to "
+                   "ExecuTorch's llama ops; exirc adds exirc's fused ops).")
 @click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A pipeline YAML replacing the target's default.")
 @click.option("--print-pipeline", is_flag=True, help="Print the resolved pipeline and exit.")
