@@ -46,6 +46,7 @@ class AttentionReport:
 
     bound: list[str] = field(default_factory=list)          # node names
     unbound: list[tuple[str, str]] = field(default_factory=list)  # (node name, reason)
+    relaid: set[str] = field(default_factory=set)  # buffers laid out [B, S, H, D]
 
     def lines(self) -> list[str]:
         total = len(self.bound) + len(self.unbound)
@@ -155,8 +156,10 @@ class BindKvAttention(Pass):
                 report.bound.append(node.name)
             except NoMatch as reason:
                 report.unbound.append((node.name, str(reason)))
+        buffers = program.graph_signature.inputs_to_buffers
         for binding in bindings:
             _bind(program, binding)
+            report.relaid |= {buffers[read.buffer.name] for read in (binding.key, binding.value)}
         if report.bound or report.unbound:
             set_attention_report(program.graph_module, report)
         if bindings:  # the mask is left for to_edge's dead code elimination

@@ -236,8 +236,11 @@ def check_mask(mask: Any, start: Hashable, length: int, cache_length: int,
         raise NoMatch("the mask's rows are not the positions the cache is written at")
 
 
-def cache_read(node: Any, heads: int, order: dict[Node, int]) -> tuple[CacheRead, int]:
+def cache_read(node: Any, call: Node, heads: int,
+               order: dict[Node, int]) -> tuple[CacheRead, int]:
     """The cache an attention input reads, and the grouped-query repeat factor."""
+    if not isinstance(node, Node) or set(node.users) != {call}:
+        raise NoMatch("the key or value is read outside the attention")
     chain: list[Node] = []
     repeat = 1
     if _is(node, aten.reshape.default, aten.view.default):
@@ -267,12 +270,9 @@ def cache_read(node: Any, heads: int, order: dict[Node, int]) -> tuple[CacheRead
         raise NoMatch("the cache is written at positions other than arange(S) + start")
     if set(buffer.users) != {node}:
         raise NoMatch(f"the cache {buffer.name} is read or written elsewhere")
-    expected = {chain[-1]} if chain else set()
-    for earlier, later in zip(chain[1:], chain):
+    for earlier, later in zip([*chain[1:], node], chain):
         if set(earlier.users) != {later}:
-            raise NoMatch("the cache's repeat is read elsewhere")
-    if chain and set(node.users) != expected:
-        raise NoMatch(f"the cache {buffer.name} is read elsewhere")
+            raise NoMatch(f"the cache {buffer.name} or its repeat is read elsewhere")
     return CacheRead(node, buffer, new, index, tuple(chain)), repeat
 
 
@@ -290,8 +290,8 @@ def match(node: Node, order: dict[Node, int]) -> Binding:
     batch, heads, length, size = _shape(query)
     if fake(query).dtype != torch.float32:
         raise NoMatch("the query is not float32")
-    key, repeat = cache_read(given["key"], heads, order)
-    value, value_repeat = cache_read(given["value"], heads, order)
+    key, repeat = cache_read(given["key"], node, heads, order)
+    value, value_repeat = cache_read(given["value"], node, heads, order)
     if key.buffer is value.buffer or repeat != value_repeat or \
             _shape(key.buffer) != _shape(value.buffer):
         raise NoMatch("the key and value caches differ in shape or are one buffer")

@@ -19,6 +19,7 @@ import torch
 from exirc.backend.llama_ops import CUSTOM_SDPA_OUT_SCHEMA, UPDATE_CACHE_OUT_SCHEMA
 from exirc.cli.delegation_text import attention_lines
 from exirc.compiler import CompileOptions, CompileResult, compile_module
+from exirc.inspector.kernels import kernel_needs
 from exirc.ir.meta import attention_report
 from exirc.ir.state import StateLayoutError
 from exirc.runtime import load
@@ -65,6 +66,8 @@ def test_bound_attention_equals_eager_and_the_decomposed_program(kv_heads: int,
     expected = _eager(model, length)
     bound = _compile(model, length)
     assert _operators(bound) >= LLAMA_OPS
+    libraries = {library["name"] for library in kernel_needs(bound.program)["libraries"]}
+    assert "llm custom ops" in libraries  # what `exirc inspect` says the file needs
     assert not any(name.startswith("aten::index_put") for name in _operators(bound))
     decomposed = _compile(model, length, target="xnnpack")
     assert not LLAMA_OPS & _operators(decomposed)
@@ -89,9 +92,11 @@ def test_bound_attention_runs_on_executorch_as_eager(kv_heads: int, length: int)
         torch.testing.assert_close(method.execute(list(call))[0], want)
 
 
-@pytest.mark.parametrize("variant", kv_models.NEAR_MISSES)
-def test_a_near_miss_stays_decomposed_and_says_why(variant: str) -> None:
-    model = kv_models.make(2, variant)
+@pytest.mark.parametrize(("variant", "kv_heads"),
+                         [(variant, 2) for variant in kv_models.NEAR_MISSES]
+                         + [("cache_read_twice", 4)])
+def test_a_near_miss_stays_decomposed_and_says_why(variant: str, kv_heads: int) -> None:
+    model = kv_models.make(kv_heads, variant)
     result = _compile(model, 1)
     assert not LLAMA_OPS & _operators(result)
     report = attention_report(result.planned["forward"].graph_module)
