@@ -24,8 +24,7 @@ from exirc.emit.jumps import emit_control_flow
 from exirc.emit.values import ValueTable
 from exirc.errors import InternalError, UnsupportedOperatorError, UsageError
 from exirc.ir.control_flow import output_values, placeholders
-from exirc.ir.meta import (attention_report, constant_name, memory_plan, planned_memory,
-                           state_slot)
+from exirc.ir.meta import attention_report, constant_name, memory_plan, planned_memory, state_slot
 from exirc.ir.state import STATE_MEMORY_ID, StateSlot
 from exirc.plan.ops import alias_view, is_alloc, is_out_form, node_list
 from exirc.plan.write_back_state import MUTATION_KINDS
