@@ -43,8 +43,10 @@ def _operators(result: CompileResult) -> set[str]:
 
 
 def _calls(length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Calls of `length` tokens at positions 0, length, ... up to the cache's end."""
-    return [kv_models.inputs(length, start) for start in range(0, MAX - length + 1, length)]
+    """Calls of `length` tokens at positions 0, length, ..., the last ending at the
+    cache's end (rewriting some positions, as eager does too)."""
+    starts = [*range(0, MAX - length, length), MAX - length]
+    return [kv_models.inputs(length, start) for start in starts]
 
 
 def _eager(model: torch.nn.Module, length: int) -> list[torch.Tensor]:
@@ -59,7 +61,7 @@ def test_the_schemas_are_executorchs_and_the_runtimes_copy_agrees() -> None:
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
-@pytest.mark.parametrize("length", [1, 3])
+@pytest.mark.parametrize("length", [1, 3, MAX])
 def test_bound_attention_equals_eager_and_the_decomposed_program(kv_heads: int,
                                                                  length: int) -> None:
     model = kv_models.make(kv_heads)
@@ -80,7 +82,7 @@ def test_bound_attention_equals_eager_and_the_decomposed_program(kv_heads: int,
 
 @requires_executorch
 @pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
-@pytest.mark.parametrize("length", [1, 3])
+@pytest.mark.parametrize("length", [1, 3, MAX])
 def test_bound_attention_runs_on_executorch_as_eager(kv_heads: int, length: int) -> None:
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (its llama kernels)
     from executorch.runtime import Runtime
