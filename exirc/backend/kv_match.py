@@ -1,6 +1,6 @@
 """Proofs that an attention call over a KV cache is ExecuTorch's causal `custom_sdpa`.
 
-The ATen-stage pass `exirc.backend.kv_attention` binds an
+The ATen-stage pass `exirc.backend.bind_kv_attention` binds an
 `aten.scaled_dot_product_attention` to `llama::update_cache` and
 `llama::custom_sdpa` only when this module proves, from the graph alone, that
 the two compute the same values:

@@ -14,13 +14,13 @@ the [batch, sequence, heads, head size] layout:
 
 The compiler cannot use ExecuTorch's own torch ops (ExecuTorch is no
 dependency, and defining ops of its namespace would clash with its library
-when both are loaded), so the ATen-stage pass (`exirc.backend.kv_attention`)
+when both are loaded), so the ATen-stage pass (`exirc.backend.bind_kv_attention`)
 writes two functional stand-ins of ours that `to_edge` keeps whole:
 `exirc::llama_update_cache` (returns the updated cache) and
 `exirc::llama_custom_sdpa`. Their out forms are backend ops under ExecuTorch's
 names, so the file names ExecuTorch's kernels: `out_form` gives custom_sdpa's;
 the cache write becomes the in-place `llama::update_cache.out` on the state
-itself in the plan stage (`exirc.plan.kv_cache`), as no out form of a
+itself in the plan stage (`exirc.plan.update_caches_in_place`), as no out form of a
 functional write exists. The runtime has its own kernels
 (`exirc.runtime.kernels.llama`), with its own copy of the schemas.
 """

@@ -144,7 +144,7 @@ def summary_line(reports: Mapping[str, DelegationReport]) -> str | None:
 
 def attention_lines(planned: Mapping[str, Any], *, summary: bool) -> list[str]:
     """What `--target xnnpack-llm` bound of each method's attention
-    (`exirc.backend.kv_attention`): one summary line, or per method the count
+    (`exirc.backend.bind_kv_attention`): one summary line, or per method the count
     and a line per call left decomposed, with why."""
     from exirc.ir.meta import attention_report
 

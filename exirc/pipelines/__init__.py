@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from exirc.backend.bind_kv_attention import BindKvAttention
 from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
 from exirc.backend.keep_attention import KeepAttention
 from exirc.backend.keep_lstm import KeepLstm
-from exirc.backend.kv_attention import BindKvAttention
 from exirc.backend.linear_weights import LinearWeights
 from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
@@ -34,9 +34,9 @@ from exirc.passes import pipeline as pipeline_format
 from exirc.passes.contract import Pass
 from exirc.passes.pipeline import Pipeline
 from exirc.plan.alias_views import AliasViews
-from exirc.plan.kv_cache import UpdateCachesInPlace
 from exirc.plan.memory_plan import MemoryPlanPass
 from exirc.plan.to_out_variants import ToOutVariants
+from exirc.plan.update_caches_in_place import UpdateCachesInPlace
 from exirc.plan.write_back_state import WriteBackState
 from exirc.targets import DEFAULT_TARGET
 
