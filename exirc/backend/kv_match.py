@@ -22,6 +22,7 @@ Anything else is a near miss, left decomposed with the reason why.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -82,10 +83,19 @@ def _is(node: Any, *targets: Any) -> bool:
     return isinstance(node, Node) and node.op == "call_function" and node.target in targets
 
 
-def _writes(node: Node) -> bool:
+def _writes_into(node: Node, target: Node) -> bool:
+    """Whether the call `node` writes into `target` (an in-place or out argument)."""
     schema = getattr(node.target, "_schema", None)
-    return node.op == "call_function" and schema is not None and any(
-        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    if node.op != "call_function" or schema is None:
+        return False
+    for index, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        given = node.args[index] if index < len(node.args) and not argument.kwarg_only \
+            else node.kwargs.get(argument.name)
+        if given is target or (isinstance(given, (list, tuple)) and target in given):
+            return True
+    return False
 
 
 def _is_int_scalar(node: Any) -> bool:
@@ -98,6 +108,8 @@ def _aliases_input(node: Node) -> bool:
     op, a `to` that converts nothing)."""
     if node.op != "call_function" or not node.args or not isinstance(node.args[0], Node):
         return False
+    if node.target is operator.getitem:  # an element of a list of views (split, unbind)
+        return _aliases_input(node.args[0])
     if node.target in (aten.to.dtype_layout, aten.to.dtype, aten.alias.default):
         return fake(node.args[0]) is not None and fake(node) is not None and \
             fake(node.args[0]).dtype == fake(node).dtype
@@ -126,8 +138,7 @@ def _is_written(node: Node) -> bool:
     for member in group:
         group += [user for user in member.users if _aliases_input(user)
                   and user.args[0] is member and user not in group]
-    return any(_writes(user) and user.args[0] is member
-               for member in group for user in member.users)
+    return any(_writes_into(user, member) for member in group for user in member.users)
 
 
 def scalar_key(node: Any, reader: Node, order: dict[Node, int]) -> Hashable:
@@ -139,12 +150,12 @@ def scalar_key(node: Any, reader: Node, order: dict[Node, int]) -> Hashable:
         raise NoMatch(f"the start position %{getattr(node, 'name', node)} is not a 0-d int64")
     root, group = _group(node)
     writes = [user for member in group for user in member.users
-              if _writes(user) and user.args and user.args[0] is member
-              and order[user] < order[reader]]
+              if _writes_into(user, member) and order[user] < order[reader]]
     if writes:
         last = max(writes, key=order.__getitem__)
         source = last.args[1] if len(last.args) > 1 else None
-        if last.target is not aten.copy_.default or not _is_int_scalar(source):
+        if last.target is not aten.copy_.default or last.args[0] not in group or \
+                not _is_int_scalar(source):
             raise NoMatch(f"the start position %{node.name} is changed by %{last.name} "
                           "before it is read")
         return scalar_key(source, last, order)
