@@ -6,6 +6,9 @@ in transformers' `TorchExportableModuleWithStaticCache`). Programs, each run on
 ExecuTorch's runtime (1 thread; its XNNPACK delegates use its threadpool):
 
 - `exirc xnnpack`: `exirc compile examples/tiny_llm.py --target xnnpack`;
+- `exirc xnnpack-llm`: the same with `--target xnnpack-llm`, its attention bound
+  to ExecuTorch's `llama::update_cache` and `llama::custom_sdpa` (imported from
+  `executorch.extension.llm.custom_ops` in this process, as export_llm's are);
 - `executorch xnnpack`: ExecuTorch's own lowering of the same wrapper
   (`to_edge_transform_and_lower` with its XNNPACK partitioner). With the
   transformers of this environment it fails inside torch's decomposition (the
@@ -194,6 +197,9 @@ def _programs(tiny: Any) -> tuple[dict[str, tuple[bytes, Step, bool]], dict[str,
     ours = _exirc_file("xnnpack")
     programs["exirc xnnpack / executorch"] = (ours, _on_executorch(ours), True)
     programs["exirc xnnpack / exirc"] = (ours, _on_exirc(ours), True)
+    with_ops = _exirc_file("xnnpack-llm")  # attention as ExecuTorch's llama ops
+    programs["exirc xnnpack-llm / executorch"] = (with_ops, _on_executorch(with_ops), True)
+    programs["exirc xnnpack-llm / exirc"] = (with_ops, _on_exirc(with_ops), True)
     for mode in QUANTIZED:
         pte = _exirc_file("xnnpack", mode)
         programs[f"exirc {mode} xnnpack / executorch"] = (pte, _on_executorch(pte), True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from exirc.cli.compile_memory import memory_text, working_arenas
-from exirc.cli.delegation_text import explain_json, explain_text, summary_line
+from exirc.cli.delegation_text import attention_lines, explain_json, explain_text, summary_line
 from exirc.cli.plugins import import_plugin
 from exirc.cli.progress import stage_printer, wants_progress
 from exirc.cli.quantization_text import quantization_lines
@@ -104,7 +104,8 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
 @click.option("--target", default=DEFAULT_TARGET, show_default=True,
               help=f"What to compile for: {', '.join(builtin_targets())} (portable runs on "
                    "ExecuTorch too; xnnpack delegates what XNNPACK runs, for ExecuTorch's "
-                   "XNNPACK backend; exirc adds exirc's fused ops).")
+                   "XNNPACK backend; xnnpack-llm also binds KV-cache attention to "
+                   "ExecuTorch's llama ops; exirc adds exirc's fused ops).")
 @click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A pipeline YAML replacing the target's default.")
 @click.option("--print-pipeline", is_flag=True, help="Print the resolved pipeline and exit.")
@@ -270,6 +271,8 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     elif explain_delegation is not None:
         click.echo(explain_text(result.delegation, full=explain_delegation == "full"),
                    nl=False)
+        click.echo("".join(f"{line}\n" for line in
+                           attention_lines(result.planned, summary=False)), nl=False)
     if time_passes and report.instrument is not None:
         click.echo(report.instrument.timing_table(), err=True)
     if as_json:
@@ -299,6 +302,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
     delegated = summary_line(result.delegation)
     if delegated:
         lines.append(delegated)
+    lines.extend(attention_lines(result.planned, summary=True))
     if verbose:
         for plan in result.program.execution_plan:
             ops = sorted({op.qualified_name for op in plan.operators})

@@ -140,3 +140,23 @@ def summary_line(reports: Mapping[str, DelegationReport]) -> str | None:
     return (f"  delegated {delegated} of {total} nodes in {partitions} partition"
             f"{'s' if partitions != 1 else ''} (weights {human_bytes(weights)}); "
             "--explain-delegation says why the rest was not")
+
+
+def attention_lines(planned: Mapping[str, Any], *, summary: bool) -> list[str]:
+    """What `--target xnnpack-llm` bound of each method's attention
+    (`exirc.backend.bind_kv_attention`): one summary line, or per method the count
+    and a line per call left decomposed, with why."""
+    from exirc.ir.meta import attention_report
+
+    reports = {name: report for name, program in planned.items()
+               if (report := attention_report(program.graph_module)) is not None}
+    if not reports:
+        return []
+    if summary:
+        bound = sum(len(r.bound) for r in reports.values())
+        total = bound + sum(len(r.unbound) for r in reports.values())
+        return [f"  attention: {bound} of {total} calls bound to ExecuTorch's llama::update_cache"
+                " + llama::custom_sdpa" + ("; --explain-delegation says why the rest was not"
+                                           if bound < total else "")]
+    return [f"method {name}: {line}" if i == 0 else line
+            for name, report in reports.items() for i, line in enumerate(report.lines())]

@@ -19,6 +19,7 @@ from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
 from exirc.edge.ops import is_edge_op
 from exirc.errors import ModelError
 from exirc.ir.control_flow import all_nodes
+from exirc.ir.meta import carry_method_notes
 from exirc.passes.contract import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class ToEdge(Pass):
     keep: tuple[str, ...] = ()
 
     def run(self, program: ExportedProgram) -> PassResult:
+        before = program.graph_module
         table = torch.export.default_decompositions()
         table.update(EXTRA_DECOMPOSITIONS)
         for op_name in self.keep:
@@ -54,6 +56,7 @@ class ToEdge(Pass):
                 candidate = _decompose(program, {op: decomposition})
                 if _core_only(candidate):
                     program = candidate
+        carry_method_notes(before, program.graph_module)
         return PassResult(program, changed=True)
 
 

@@ -40,6 +40,7 @@ class ConstantTable:
         # in ExecuTorch's mutable data segment; entry 0 is reserved likewise.
         self.initial_states: list[bytes] = [b""]
         self._state_index: dict[str, int] = {}
+        self._state_layout: dict[str, tuple[tuple[int, ...], str]] = {}
         self._state_content: dict[tuple[int, bytes], int] = {}
         # Once attached: the constant segment's index and each buffer's offset in it.
         self._segment: int | None = None
@@ -57,11 +58,18 @@ class ConstantTable:
             self.names[index].append(name)
         return index
 
-    def add_state(self, tensor: torch.Tensor, name: str) -> int:
+    def add_state(self, tensor: torch.Tensor, name: str, layout: str = "") -> int:
         """The index of state `name`'s initial value (`tensor`) in the mutable segment.
 
         States with equal initial values share an entry: each is copied into
         its own planned memory when a method loads."""
+        seen = self._state_layout.setdefault(name, (tuple(tensor.shape), layout))
+        if seen != (tuple(tensor.shape), layout):
+            from exirc.ir.state import StateLayoutError
+
+            raise StateLayoutError(f"the methods read state {name!r} in two layouts: "
+                                   f"{list(seen[0])} ({seen[1]}) and {list(tensor.shape)} "
+                                   f"({layout})")
         index = self._state_index.get(name)
         if index is None:
             data = tensor_bytes(tensor)

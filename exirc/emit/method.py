@@ -24,7 +24,7 @@ from exirc.emit.jumps import emit_control_flow
 from exirc.emit.values import ValueTable
 from exirc.errors import InternalError, UnsupportedOperatorError, UsageError
 from exirc.ir.control_flow import output_values, placeholders
-from exirc.ir.meta import constant_name, memory_plan, planned_memory, state_slot
+from exirc.ir.meta import attention_report, constant_name, memory_plan, planned_memory, state_slot
 from exirc.ir.state import STATE_MEMORY_ID, StateSlot
 from exirc.plan.ops import alias_view, is_alloc, is_out_form, node_list
 from exirc.plan.write_back_state import MUTATION_KINDS
@@ -193,13 +193,20 @@ class MethodEmitter:
         """Program state: planned in the state arena, with its initial value and name."""
         index = self.table.tensor(
             node.meta["val"],
-            data_buffer_idx=self.constants.add_state(self._constant(target), slot.name),
+            data_buffer_idx=self.constants.add_state(self._constant(target), slot.name,
+                                                     self._layout(target)),
             allocation=P.AllocationDetails.at(STATE_MEMORY_ID, slot.offset))
         value = self.table.values[index]
         assert isinstance(value, P.Tensor)
         value.extra_tensor_info = P.ExtraTensorInfo(fully_qualified_name=slot.name)
         self.table.of_node[node] = index
         self.state_bytes = max(self.state_bytes, slot.offset + slot.nbytes)
+
+    def _layout(self, target: str) -> str:
+        """How the method lays a state out: as the model does, or as bound ops need."""
+        report = attention_report(self.program.graph_module)
+        return "[B, S, H, D] for llama ops" if report is not None and \
+            target in report.relaid else "the model's"
 
     def _constant(self, target: str) -> torch.Tensor:
         if target in self.program.constants:

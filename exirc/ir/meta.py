@@ -85,3 +85,23 @@ def delegation_report(graph_module: GraphModule) -> Any:
 
 def set_delegation_report(graph_module: GraphModule, report: Any) -> None:
     graph_module.meta[_DELEGATION] = report
+
+
+_ATTENTION = "exirc_attention"
+
+
+def attention_report(graph_module: GraphModule) -> Any:
+    """The `AttentionReport` the bind_kv_attention pass left on a method's graph, or None."""
+    return graph_module.meta.get(_ATTENTION)
+
+
+def set_attention_report(graph_module: GraphModule, report: Any) -> None:
+    graph_module.meta[_ATTENTION] = report
+
+
+def carry_method_notes(before: GraphModule, after: GraphModule) -> None:
+    """Keep the notes passes left on a method's graph (`exirc_*` keys) when a
+    pass makes a new graph module of it (torch's decomposition does)."""
+    for key, value in before.meta.items():
+        if key.startswith("exirc_"):
+            after.meta.setdefault(key, value)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
+from exirc.errors import ModelError
 from exirc.ir.meta import set_state_slot, state_slot
 from exirc.serialize import program as P
 
@@ -60,6 +61,16 @@ class StateLayout:
 
     def __bool__(self) -> bool:
         return bool(self.slots)
+
+
+class StateLayoutError(ModelError):
+    """Two methods of one program read one state in different layouts."""
+
+    code = "E0314"
+    default_hint = ("the attention over that cache is bound to ExecuTorch's llama ops "
+                    "(--target xnnpack-llm) in one method only, which lays the cache out "
+                    "[B, S, H, D]; --explain-delegation says why the other was left "
+                    "decomposed. Make both match, or compile with --target xnnpack")
 
 
 def plan_state(methods: dict[str, ExportedProgram]) -> StateLayout:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from exirc.backend.bind_kv_attention import BindKvAttention
 from exirc.backend.delegate import Delegate
 from exirc.backend.fuse import Fuse
 from exirc.backend.keep_attention import KeepAttention
@@ -35,16 +36,17 @@ from exirc.passes.pipeline import Pipeline
 from exirc.plan.alias_views import AliasViews
 from exirc.plan.memory_plan import MemoryPlanPass
 from exirc.plan.to_out_variants import ToOutVariants
+from exirc.plan.update_caches_in_place import UpdateCachesInPlace
 from exirc.plan.write_back_state import WriteBackState
 from exirc.targets import DEFAULT_TARGET
 
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
-    KeepLstm, KeepAttention, ToEdge, RemoveAssertions, ViewsToCopies, MergePermutes,
-    ScalarsToTensors, RemoveNoopCopies,
+    KeepLstm, KeepAttention, BindKvAttention, ToEdge, RemoveAssertions, ViewsToCopies,
+    MergePermutes, ScalarsToTensors, RemoveNoopCopies,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, LinearWeights, Fuse, QuantFusion,
-    WriteBackState, AliasViews, ToOutVariants, MemoryPlanPass,
+    WriteBackState, UpdateCachesInPlace, AliasViews, ToOutVariants, MemoryPlanPass,
 )
 
 BUILTIN_PASSES: dict[str, type[Pass]] = {cls.name: cls for cls in _BUILTIN_CLASSES}

@@ -15,6 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from exirc.backend.delegation.lowered import DelegateWithOuts, LoweredDelegate
+from exirc.backend.llama_ops import bound_kernel
 from exirc.backend.ops import registered_kernel_names
 from exirc.errors import OperatorNotSupportedError, UnsupportedOperatorError
 from exirc.ir.source import source_location
@@ -71,6 +72,9 @@ def _missing_kernel(op: Any, available: frozenset[str]) -> str | None:
 def needed_kernel(op: Any) -> str | None:
     """The kernel a program needs for the Edge op `op`: its out-variant's (or
     for a custom op without one, its own); None if it has no out form."""
+    bound = bound_kernel(op)  # a stand-in for an op of ExecuTorch's
+    if bound is not None:
+        return bound
     out = out_variant(op)
     return None if out is None else kernel_name(out)
 

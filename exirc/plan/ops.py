@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from exirc.backend.llama_ops import out_form as llama_out_form
 from exirc.backend.ops import BackendOp
 from exirc.backend.quantized_ops import out_form as quantized_out_form
 from exirc.edge.ops import is_custom_op
@@ -162,6 +163,9 @@ def out_variant(target: Any) -> Any:
     quantized = quantized_out_form(target)  # Q/DQ ops: ExecuTorch's quantized library
     if quantized is not None:
         return quantized
+    llama = llama_out_form(target)  # ExecuTorch's LLM attention
+    if llama is not None:
+        return llama
     found = _aten_out_variant(target)
     if found is None and is_custom_op(target):
         return functional_call(target)

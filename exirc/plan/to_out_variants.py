@@ -109,7 +109,7 @@ def _passes_outs(node: Node) -> bool:
     return any(a.name in node.kwargs for a in out_arguments(node.target))
 
 
-def _alloc_node(graph: torch.fx.Graph, before: Node, fake: torch.Tensor) -> Node:
+def alloc_node(graph: torch.fx.Graph, before: Node, fake: torch.Tensor) -> Node:
     # The argument is for people reading the graph; the planner reads
     # meta["val"]. Symbolic sizes are spelled out, not passed as SymInts.
     shape = tuple(d if isinstance(d, int) else str(d) for d in fake.shape)
@@ -156,7 +156,7 @@ class ToOutVariants(Pass):
                     copy_passthrough_results(branches[1])
                 for branch in branches:
                     self._convert(branch, missing)
-                to_out_form(module, node, lambda before, fake: _alloc_node(graph, before, fake))
+                to_out_form(module, node, lambda before, fake: alloc_node(graph, before, fake))
                 changed = True
                 continue
             if isinstance(target, LoweredDelegate):
@@ -184,7 +184,7 @@ class ToOutVariants(Pass):
     @staticmethod
     def _rewrite_delegate(graph: torch.fx.Graph, node: Node, delegate: LoweredDelegate) -> None:
         """A delegate call writes its results into planned tensors, as kernels do."""
-        outs = [_alloc_node(graph, node, fake) for fake in _outputs_of(node)]
+        outs = [alloc_node(graph, node, fake) for fake in _outputs_of(node)]
         node.target = delegate.out_form
         node.args = (list(node.args),)
         node.kwargs = {"out": outs}
@@ -195,10 +195,10 @@ class ToOutVariants(Pass):
         kwargs = dict(node.kwargs)
         outs = out_arguments(out_op)
         if len(outs) == 1 and str(outs[0].type) == "List[Tensor]":
-            kwargs[outs[0].name] = [_alloc_node(graph, node, f) for f in fakes]
+            kwargs[outs[0].name] = [alloc_node(graph, node, f) for f in fakes]
         elif len(outs) == len(fakes):
             for arg, fake in zip(outs, fakes):
-                kwargs[arg.name] = _alloc_node(graph, node, fake)
+                kwargs[arg.name] = alloc_node(graph, node, fake)
         else:
             raise UnsupportedOperatorError(
                 f"{out_op} has {len(outs)} out arguments but the node {node.name} makes "

@@ -178,6 +178,35 @@ model = Model().eval()
 example_inputs = (torch.randn(2, 3),)
 """
 
+# One cache read by a decode method's attention that binds to ExecuTorch's llama ops
+# and by a prefill whose mask (one position ahead) does not.
+TWO_LAYOUTS = """\
+import copy
+import torch
+import torch.nn.functional as F
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(1, 2, 8, 4), persistent=False)
+        self.register_buffer("v", torch.zeros(1, 2, 8, 4), persistent=False)
+        self.ahead = 0
+
+    def forward(self, q, pos):
+        positions = pos[0] + torch.arange(q.shape[2])
+        k = self.k.index_copy_(2, positions, q)
+        v = self.v.index_copy_(2, positions, q + 1)
+        rows = positions + 1 if self.ahead else positions
+        mask = torch.arange(8)[None, :] <= rows[:, None]
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+model = Attention().eval()
+example_inputs = (torch.randn(1, 2, 1, 4), torch.tensor([0]))
+prefill = copy.copy(model)
+prefill.ahead = 1
+methods = {"prefill": (prefill, (torch.randn(1, 2, 2, 4), torch.tensor([0])))}
+"""
+
 # A decoder step in miniature: a cache buffer written at the position it is given.
 CACHED = """\
 import torch
@@ -316,6 +345,10 @@ CASES = [
          + r"model\.py:9 in twice_decomposition\)",
          r"a common cause is an in-place write .+register_buffer\(name, tensor, "
          r"persistent=False\).+--debug traceback.+"),
+    Case("E0314", 3, compile_model(TWO_LAYOUTS, "--target", "xnnpack-llm"),
+         re.escape("the methods read state 'k' in two layouts: [1, 8, 2, 4] ([B, S, H, D] "
+                   "for llama ops) and [1, 2, 8, 4] (the model's)"),
+         r"the attention over that cache is bound to ExecuTorch's llama ops .+"),
     Case("E0320", 3, with_plugin_pass("retype_mul"),
          re.escape("node %mul: aten::mul.Tensor does not accept dtypes (self: Float, other: "
                    "Float, __ret_0: Long) at model.py:5: return x * y; ") + ".+",

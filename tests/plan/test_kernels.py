@@ -37,9 +37,23 @@ def test_portable_list_matches_executorch_runtime() -> None:
     import executorch.kernels.quantized  # noqa: F401  (registers its kernels)
     from executorch.extension.pybindings import portable_lib
 
-    assert kernel_list("portable") | kernel_list("quantized") == \
-        set(portable_lib._get_operator_names())
+    # Its LLM custom-op library registers llama::* (and preprocess::*) kernels once a
+    # test of --target xnnpack-llm has imported it into this process: not portable.
+    names = {name for name in portable_lib._get_operator_names()
+             if name.split("::")[0] not in ("llama", "preprocess")}
+    assert kernel_list("portable") | kernel_list("quantized") == names
     assert kernels_for_target("portable") == kernel_list("portable") | kernel_list("quantized")
+
+
+@requires_executorch
+def test_llama_list_is_in_executorchs_llm_custom_op_library() -> None:
+    """The kernels --target xnnpack-llm adds are ExecuTorch's LLM custom ops."""
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (registers them)
+    from executorch.extension.pybindings import portable_lib
+
+    assert kernel_list("llama") <= set(portable_lib._get_operator_names())
+    assert kernels_for_target("xnnpack-llm") == \
+        kernels_for_target("xnnpack") | kernel_list("llama")
 
 
 def test_exirc_target_adds_backend_ops_and_extra() -> None:

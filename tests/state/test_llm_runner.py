@@ -156,3 +156,47 @@ def test_a_program_that_is_no_llm_is_refused_with_the_reason(
     done = _exirc_generate((files[0], bad))
     assert done.returncode == 2 and "cannot read it as a HuggingFace tokenizer.json" in \
         done.stderr and "Traceback" not in done.stderr
+
+
+@requires_executorch
+def test_the_llama_ops_file_generates_the_eager_tokens_on_both_runtimes(
+        example: Any, files: tuple[Path, Path], tmp_path: Path) -> None:
+    """--target xnnpack-llm: every attention bound to ExecuTorch's llama ops; exirc's
+    runtime, ExecuTorch's (its LLM custom ops imported) and its LLM runner decode as
+    eager does."""
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (its llama kernels)
+    import torch
+    from executorch.runtime import Runtime
+
+    _, _, generate_llm = example
+    tokenizer, expected = _eager(example, files[1])
+    result = compile_model(str(EXAMPLES / "tiny_llm.py"), CompileOptions(target="xnnpack-llm"))
+    operators = {op.qualified_name for op in result.program.execution_plan[0].operators}
+    assert {"llama::update_cache.out", "llama::custom_sdpa.out"} <= operators
+    assert not any(name.startswith("aten::index_put") for name in operators)
+    program = tmp_path / "tiny_llm_llama_ops.pte"
+    result.save(program)
+    prompt = tokenizer.encode(PROMPT).ids
+    assert generate_llm.generate(str(program), prompt, NEW_TOKENS) == expected
+
+    method = Runtime.get().load_program(result.data).load_method("forward")
+
+    def step(token: int, position: int) -> int:
+        logits = method.execute([torch.tensor([[token]]), torch.tensor([position])])[0]
+        return int(logits[0, -1].argmax())
+
+    for position, token in enumerate(prompt):
+        following = step(token, position)
+    tokens = [following]
+    while len(tokens) < len(expected):
+        tokens.append(step(tokens[-1], len(prompt) + len(tokens) - 1))
+    assert tokens == expected and len(tokens) >= 16
+    if importlib.util.find_spec("executorch.extension.llm.runner") is not None:
+        from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+        pieces: list[str] = []
+        TextLLMRunner(str(program), str(files[1])).generate(
+            PROMPT, GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.0, echo=False),
+            token_callback=pieces.append)
+        assert pieces == [tokenizer.decode([token]) for token in expected][:len(pieces)]
+        assert len(pieces) >= 16

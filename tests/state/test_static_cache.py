@@ -71,11 +71,13 @@ def _eager(model: torch.nn.Module) -> list[int]:
 
 
 @requires_executorch
-@pytest.mark.parametrize("target", ["portable", "xnnpack"])
+@pytest.mark.parametrize("target", ["portable", "xnnpack", "xnnpack-llm"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_transformers_static_cache_generates_the_eager_tokens(arch: str, target: str) -> None:
     from executorch.runtime import Runtime
 
+    if target == "xnnpack-llm":  # registers ExecuTorch's llama ops in its runtime
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
     model = _decoder(arch)
     expected = _eager(model)
     result = compile_module(model, _inputs([0], 0),

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from exirc.runtime.kernels.attention import ATTENTION_KERNELS
+from exirc.runtime.kernels.llama import LLAMA_KERNELS
 from exirc.runtime.kernels.recurrent import RECURRENT_KERNELS
 
 ADDMM_RELU_SCHEMA = ("exirc::addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, "
@@ -30,5 +31,6 @@ def addmm_relu_out(bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *
 
 
 OWN_KERNELS: dict[str, Callable[..., Any]] = {ADDMM_RELU_SCHEMA: addmm_relu_out,
-                                              **RECURRENT_KERNELS, **ATTENTION_KERNELS}
+                                              **RECURRENT_KERNELS, **ATTENTION_KERNELS,
+                                              **LLAMA_KERNELS}
 """Schema -> kernel, for `exirc.runtime.kernels.registry` to register."""
