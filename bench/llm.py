@@ -21,8 +21,8 @@ ExecuTorch's runtime (1 thread; its XNNPACK delegates use its threadpool):
   `bench` extra); without them the row says so.
 
 and exirc's file on exirc's own runtime (`auto`: the engine `exirc run` picks).
-Quantized (issue 33): exirc's `--quantize 8da4w` and `8da8w` xnnpack files of
-tiny_llm next to export_llm's `qmode=8da4w` (groups of 32); ExecuTorch's own
+Quantized (issue 33): exirc's `--quantize 8da4w` and `8da8w` files of tiny_llm,
+for `xnnpack` and `xnnpack-llm`, next to export_llm's `qmode=8da4w` (groups of 32); ExecuTorch's own
 8da4w lowering of the wrapper fails where its float lowering does.
 
 Decode: one token a call at positions 16..47 (the cache content does not change
@@ -201,8 +201,9 @@ def _programs(tiny: Any) -> tuple[dict[str, tuple[bytes, Step, bool]], dict[str,
     programs["exirc xnnpack-llm / executorch"] = (with_ops, _on_executorch(with_ops), True)
     programs["exirc xnnpack-llm / exirc"] = (with_ops, _on_exirc(with_ops), True)
     for mode in QUANTIZED:
-        pte = _exirc_file("xnnpack", mode)
-        programs[f"exirc {mode} xnnpack / executorch"] = (pte, _on_executorch(pte), True)
+        for target in ("xnnpack", "xnnpack-llm"):
+            pte = _exirc_file(target, mode)
+            programs[f"exirc {mode} {target} / executorch"] = (pte, _on_executorch(pte), True)
     try:
         theirs = _executorch_lowering(tiny.model, tiny.example_inputs)
         programs["executorch xnnpack / executorch"] = (theirs, _on_executorch(theirs), True)
