@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 
+import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
@@ -62,7 +63,10 @@ class XnnpackSupport:
 
     def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
         facts = Facts(lambda n: _constant(program, n))
-        self._lower = {s: int(r.lower) for s, r in program.range_constraints.items()}
+        # An unbounded symbol (a value read with .item(), as a bound KV cache's
+        # start position) has no finite lower bound: as a size it may be 0.
+        self._lower = {s: int(r.lower) if isinstance(r.lower, sympy.Integer) else 0
+                       for s, r in program.range_constraints.items()}
         root = self._dynamic_linears(program, facts).get(node)
         if root is not None:  # judged as its layer: the float input and result
             found = _shape(root, facts)
