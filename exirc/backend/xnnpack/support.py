@@ -65,7 +65,7 @@ class XnnpackSupport:
         self._lower = {s: int(r.lower) for s, r in program.range_constraints.items()}
         root = self._dynamic_linears(program, facts).get(node)
         if root is not None:  # judged as its layer: the float input and result
-            found = _shape(root, facts)
+            found = _shape(root, facts, self._lower)
             return None if found is None else Rejection(node, found[0], found[1])
         decided = self._decisions(program, facts)
         if decided is not None and node in decided:
