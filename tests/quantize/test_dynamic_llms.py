@@ -151,6 +151,7 @@ def _executorchs_scheme(name: str, mode: str) -> bytes:
                                               weight_granularity=PerAxis(0)))
     inputs = example.example_inputs
     return compile_module(model, (inputs["input_ids"], None, inputs["cache_position"]),
+                          dynamic_shapes=getattr(example, "dynamic_shapes", None),
                           options=CompileOptions(target="xnnpack")).data
 
 
