@@ -103,10 +103,9 @@ def _teacher_forced(forward: Step, texts: list[list[int]]) -> int:
 
 
 def _on_executorch(data: bytes) -> Step:
-    from executorch.runtime import Runtime
+    from tests.oracle import executorch_method
 
-    method = Runtime.get().load_program(bytes(data)).load_method("forward")
-    return _call(method.execute)
+    return _call(executorch_method(data))
 
 
 @pytest.mark.parametrize("mode", MODES)
