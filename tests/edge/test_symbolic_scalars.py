@@ -84,3 +84,27 @@ def test_a_position_advanced_by_a_dynamic_length_runs_on_both_runtimes(
             for a, b in zip(got, expected, strict=True):
                 assert a.dtype == b.dtype, (name, length)
                 torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"{name}, length {length}")
+
+
+class ScaledBySize(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * x.shape[0]).exp()
+
+
+@requires_executorch
+@pytest.mark.parametrize("target", ["portable", "xnnpack"])
+def test_a_float_scaled_by_a_size_runs_at_every_size(target: str) -> None:
+    """XNNPACK folds creation ops into constants: one made from a run-time size
+    stays on the interpreter (the multiply reads it as a 0-d input)."""
+    from tests.oracle import executorch_method
+
+    model = ScaledBySize()
+    result = compile_module(model, (torch.randn(4, 3),),
+                            dynamic_shapes=({0: Dim("batch", min=2, max=BOUND)},),
+                            options=CompileOptions(target=target))
+    ours, theirs = load(result.data), executorch_method(result.data)
+    for rows in range(2, BOUND + 1):
+        x = torch.randn(rows, 3, generator=torch.Generator().manual_seed(rows)) / 4
+        expected = model(x)
+        for name, got in (("exirc", ours.run("forward", [x])[0]), ("ExecuTorch", theirs([x])[0])):
+            torch.testing.assert_close(got, expected, msg=f"{name}, {rows} rows")
