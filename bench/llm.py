@@ -83,7 +83,8 @@ def _executorch_lowering(model: torch.nn.Module, example: dict[str, torch.Tensor
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    exported = torch.export.export(model, (), kwargs=example, dynamic_shapes=dynamic_shapes,
+    shapes = {k: v for k, v in dynamic_shapes.items() if k in example}  # the kwargs given
+    exported = torch.export.export(model, (), kwargs=example, dynamic_shapes=shapes,
                                    strict=False)
     return bytes(to_edge_transform_and_lower(
         exported, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
