@@ -27,9 +27,9 @@ for `xnnpack` and `xnnpack-llm`, next to export_llm's `qmode=8da4w` (groups of 3
 
 Decode: one token a call at positions 16..47 (the cache content does not change
 the work of a static-cache program; export_llm's attention reads positions up
-to the current one only). Prefill: a 16-token prompt, one token a call for
-programs that take one token (both of the wrapper's files), one call for
-export_llm (its forward takes a prompt of any length). Timed in interleaved
+to the current one only). Prefill: a 16-token prompt in one call (tiny_llm's
+forward takes any length up to its context, delegated to XNNPACK within that
+bound, as export_llm's does). Timed in interleaved
 rounds (bench/interleave.py), medians. Each file of tiny_llm is checked
 against the float model in eager: `greedy_vs_eager`, how many of its 16 greedy
 tokens after the prompt equal eager's before the first miss; `top1_vs_eager`,
@@ -81,11 +81,14 @@ def _exirc_file(target: str, quantize: str | None = None) -> bytes:
     return bytes(compile_model(str(EXAMPLES / "tiny_llm.py"), options, warn=lambda _: None).data)
 
 
-def _executorch_lowering(model: torch.nn.Module, example: dict[str, torch.Tensor]) -> bytes:
+def _executorch_lowering(model: torch.nn.Module, example: dict[str, torch.Tensor],
+                         dynamic_shapes: Any) -> bytes:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    exported = torch.export.export(model, (), kwargs=example, strict=False)
+    shapes = {k: v for k, v in dynamic_shapes.items() if k in example}  # the kwargs given
+    exported = torch.export.export(model, (), kwargs=example, dynamic_shapes=shapes,
+                                   strict=False)
     return bytes(to_edge_transform_and_lower(
         exported, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
 
@@ -133,21 +136,10 @@ def _on_exirc(pte: bytes) -> Step:
     return lambda tokens, positions: method.run([tokens, positions])[0]
 
 
-def _one_token_at_a_time(step: Step) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Decode and prefill runners for a program whose forward takes one token."""
-    def decode() -> None:
-        for position in range(PROMPT, PROMPT + DECODE):
-            step(torch.tensor([[5]]), torch.tensor([position]))
-
-    def prefill() -> None:
-        for position in range(PROMPT):
-            step(torch.tensor([[3 + position]]), torch.tensor([position]))
-
-    return decode, prefill
-
-
-def _whole_prompt(step: Step) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Decode and prefill runners for export_llm's forward (a prompt at once)."""
+def _whole_prompt(step: Step, positions: torch.Tensor
+                  ) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Decode and prefill runners for a forward that takes a prompt at once, at
+    `positions` (the wrapper's cache positions; export_llm's start position)."""
     def decode() -> None:
         for position in range(PROMPT, PROMPT + DECODE):
             step(torch.tensor([[5]]), torch.tensor([position]))
@@ -155,14 +147,14 @@ def _whole_prompt(step: Step) -> tuple[Callable[[], None], Callable[[], None]]:
     prompt = torch.arange(3, 3 + PROMPT).reshape(1, PROMPT)
 
     def prefill() -> None:
-        step(prompt, torch.tensor([0]))
+        step(prompt, positions)
 
     return decode, prefill
 
 
 def _greedy(step: Step, prompt: list[int], count: int) -> list[int]:
-    for position, token in enumerate(prompt):
-        logits = step(torch.tensor([[token]]), torch.tensor([position]))
+    """As tiny_llm's `eager_tokens`: the prompt in one call, then a token a call."""
+    logits = step(torch.tensor([prompt]), torch.arange(len(prompt)))
     tokens: list[int] = []
     while len(tokens) < count:
         tokens.append(int(logits[0, -1].argmax()))
@@ -205,7 +197,7 @@ def _programs(tiny: Any) -> tuple[dict[str, tuple[bytes, Step, bool]], dict[str,
             pte = _exirc_file(target, mode)
             programs[f"exirc {mode} {target} / executorch"] = (pte, _on_executorch(pte), True)
     try:
-        theirs = _executorch_lowering(tiny.model, tiny.example_inputs)
+        theirs = _executorch_lowering(tiny.model, tiny.example_inputs, tiny.dynamic_shapes)
         programs["executorch xnnpack / executorch"] = (theirs, _on_executorch(theirs), True)
     except Exception as error:  # its lowering raises many kinds; the row says which
         notes["executorch xnnpack / executorch"] = first_line(error)
@@ -234,7 +226,7 @@ def run() -> list[Row]:
     checks = {name: (_agreement(_greedy(step, prompt, CHECKED_TOKENS), eager),
                      _teacher_forced(step, prompt, eager))
               for name, (_, step, same) in programs.items() if same}
-    runners = {name: (_one_token_at_a_time(step) if same else _whole_prompt(step))
+    runners = {name: _whole_prompt(step, torch.arange(PROMPT) if same else torch.tensor([0]))
                for name, (_, step, same) in programs.items()}
     with torch.no_grad():
         decode = interleaved_medians({n: r[0] for n, r in runners.items()}, BUDGET_SECONDS,

@@ -8,13 +8,14 @@ A transformers `LlamaForCausalLM` built from a small config with random
 weights (nothing is downloaded), wrapped in transformers' own export wrapper
 with its static cache (`TorchExportableModuleWithStaticCache`: the caches are
 buffers the method writes, so exirc makes them program state).
-`forward(input_ids [1, 1], cache_position [1]) -> logits [1, 1, VOCAB]` reads one
-token at a time, the prompt first.
+`forward(input_ids [1, n], cache_position [n]) -> logits [1, n, VOCAB]` takes any
+n from 1 to MAX_SEQ (a dynamic length, delegated to XNNPACK within its bound): the
+whole prompt in one call, then one token a call.
 
 `constant_methods` are the facts ExecuTorch's LLM runner reads from the file
 (`executorch.extension.llm.runner.TextLLMRunner(pte, tokenizer.json)`): the
-context length, the vocabulary, that the model keeps a KV cache and takes no
-prompt of many tokens at once (`enable_dynamic_shape`), and its special tokens.
+context length, the vocabulary, that the model keeps a KV cache and takes a
+prompt of many tokens in one call (`enable_dynamic_shape`), and its special tokens.
 """
 
 import sys
@@ -39,34 +40,37 @@ llama.generation_config = GenerationConfig(
     use_cache=True, cache_implementation="static", max_length=MAX_SEQ,
     cache_config={"batch_size": 1, "max_cache_len": MAX_SEQ})
 model = TorchExportableModuleWithStaticCache(llama, batch_size=1, max_cache_len=MAX_SEQ).eval()
-example_inputs = {"input_ids": torch.zeros(1, 1, dtype=torch.long),
-                  "cache_position": torch.tensor([0])}
+example_inputs = {"input_ids": torch.zeros(1, 2, dtype=torch.long),
+                  "cache_position": torch.tensor([0, 1])}
+_seq = torch.export.Dim("seq", min=1, max=MAX_SEQ)
+dynamic_shapes = {"input_ids": {1: _seq}, "inputs_embeds": None, "cache_position": {0: _seq}}
 
 constant_methods = {
     "get_max_seq_len": MAX_SEQ, "get_max_context_len": MAX_SEQ, "get_vocab_size": VOCAB,
     "get_n_layers": LAYERS, "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
-    "enable_dynamic_shape": False, "get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID],
+    "enable_dynamic_shape": True, "get_bos_id": BOS_ID, "get_eos_ids": [EOS_ID],
 }
 
 
 def eager_tokens(prompt: list[int], new_tokens: int) -> list[int]:
-    """Greedy decoding on the eager model, one token a call as the runner calls the
-    program (the prompt first), until EOS or `new_tokens`; the cache is put back."""
+    """Greedy decoding on the eager model as the runner calls the program (the
+    prompt in one call, then a token a call), until EOS or `new_tokens`; the cache
+    is put back."""
     saved = {name: buffer.clone() for name, buffer in model.named_buffers()}
 
-    def step(token: int, position: int) -> torch.Tensor:
-        return model(input_ids=torch.tensor([[token]]), cache_position=torch.tensor([position]))
+    def step(tokens: list[int], start: int) -> torch.Tensor:
+        return model(input_ids=torch.tensor([tokens]),
+                     cache_position=torch.arange(start, start + len(tokens)))
 
     tokens: list[int] = []
     try:
         with torch.no_grad():
-            for position, token in enumerate(prompt):
-                logits = step(token, position)
+            logits = step(prompt, 0)
             while len(tokens) < new_tokens:
                 tokens.append(int(logits[0, -1].argmax()))
                 if tokens[-1] == EOS_ID:
                     break
-                logits = step(tokens[-1], len(prompt) + len(tokens) - 1)
+                logits = step(tokens[-1:], len(prompt) + len(tokens) - 1)
     finally:
         with torch.no_grad():
             for name, buffer in model.named_buffers():

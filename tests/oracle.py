@@ -284,6 +284,22 @@ def executorch_read(pte_bytes: bytes) -> Any:
     return deserialize_pte_binary(bytes(pte_bytes))
 
 
+def executorch_method(pte_bytes: bytes, name: str = "forward") -> Callable[[Sequence[Any]], Any]:
+    """Method `name` of the program on ExecuTorch's runtime (`executorch.runtime`, its
+    XNNPACK backend included), as a function of its inputs. The function keeps the
+    Program alive: ExecuTorch's Method points into its Program, and a Method used
+    after its Program is dropped crashes the process."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(bytes(pte_bytes))
+    method = program.load_method(name)
+
+    def execute(inputs: Sequence[Any]) -> Any:
+        assert program is not None  # held for the method's sake
+        return method.execute(list(inputs))
+    return execute
+
+
 def load_with_executorch(pte_bytes: bytes) -> Any:
     """Load a program with ExecuTorch's runtime (portable kernels)."""
     from executorch.extension.pybindings import portable_lib

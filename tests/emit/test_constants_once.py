@@ -25,7 +25,7 @@ from exirc.runtime import load
 from tests.models.taggers import TAGGERS
 from tests.models.tied_weights import TIED
 from tests.models.zoo import ZOO, flatten_outputs
-from tests.oracle import requires_executorch
+from tests.oracle import executorch_method, requires_executorch
 
 TARGETS = ("portable", "xnnpack")
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
@@ -97,11 +97,8 @@ def test_files_run_as_eager_on_exircs_runtime(name: str, target: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", MODELS)
 def test_files_run_as_eager_on_executorchs_runtime(name: str, target: str) -> None:
-    from executorch.runtime import Runtime
-
     model, inputs = _model(name)
-    method = Runtime.get().load_program(_compiled_file(name, target)).load_method("forward")
-    outputs = method.execute(list(inputs))
+    outputs = executorch_method(_compiled_file(name, target))(inputs)
     for got, want in zip(outputs, _eager(model, inputs), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 

@@ -103,13 +103,9 @@ def _teacher_forced(forward: Step, texts: list[list[int]]) -> int:
 
 
 def _on_executorch(data: bytes) -> Step:
-    from executorch.runtime import Runtime
+    from tests.oracle import executorch_method
 
-    # The step holds the Program: a Method outliving it (and the bytes it
-    # was loaded from) crashes ExecuTorch's runtime.
-    program = Runtime.get().load_program(bytes(data))
-    method = program.load_method("forward")
-    return _call(lambda inputs: (program, method.execute(inputs))[1])
+    return _call(executorch_method(data))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -154,6 +150,7 @@ def _executorchs_scheme(name: str, mode: str) -> bytes:
                                               weight_granularity=PerAxis(0)))
     inputs = example.example_inputs
     return compile_module(model, (inputs["input_ids"], None, inputs["cache_position"]),
+                          dynamic_shapes=getattr(example, "dynamic_shapes", None),
                           options=CompileOptions(target="xnnpack")).data
 
 

@@ -65,6 +65,24 @@ def test_exirc_generates_the_eager_tokens(example: Any, files: tuple[Path, Path]
                                  NEW_TOKENS) == expected
 
 
+def test_the_prompt_is_prefilled_in_one_call_of_any_length(example: Any,
+                                                            files: tuple[Path, Path]) -> None:
+    """`enable_dynamic_shape`: the runner feeds the whole prompt to `forward`, whose
+    length is dynamic up to the context, its linear layers delegated to XNNPACK."""
+    from exirc.runtime import load
+    from exirc.serialize.reader import deserialize
+
+    tiny_llm, _, _ = example
+    program = load(files[0])
+    assert program.constant_methods["enable_dynamic_shape"] is True
+    tokens, positions = program.method("forward").inputs
+    assert tokens.dynamic and tokens.shape == (1, tiny_llm.MAX_SEQ)
+    assert positions.symbol_dims == (tokens.symbol_dims[1],)  # one length for both
+    (plan,) = [p for p in deserialize(str(files[0])).execution_plan if p.name == "forward"]
+    assert plan.delegates and not {"aten::mm", "aten::linear", "aten::addmm"} & {
+        op.name for op in plan.operators}
+
+
 @requires_executorch
 @pytest.mark.skipif(importlib.util.find_spec("executorch.extension.llm.runner") is None,
                     reason="needs ExecuTorch's LLM runner")

@@ -85,7 +85,10 @@ def _activation(value: object) -> tuple[Node, tuple[Node, ...]] | None:
     if isinstance(value, Node) and value.target == aten.view_copy.default:
         view, value = value, value.args[0]
     dq = _call(value, "dequantize_per_token")
-    if dq is None or view is not None and len(dq.users) != 1:
+    # Under a dynamic length, a delegate measures the view's size from dq itself
+    # (`cut.size_source`): a sym_size of dq is no other reader of its values.
+    if dq is None or view is not None and any(
+            user is not view and user.target is not aten.sym_size.int for user in dq.users):
         return None
     q = _call(dq.args[0], "quantize_per_token")
     if q is None or len(q.users) != 1 or tuple(dq.args[1:6]) != tuple(q.args[1:6]):

@@ -31,7 +31,7 @@ from exirc.backend.xnnpack.dynamic_linear import match_dynamic_linear, match_wei
 from exirc.backend.xnnpack.lower_shape import SPLITS
 from exirc.backend.xnnpack.patterns import match_prelu
 from exirc.backend.xnnpack.sizes import concrete, may_be_empty
-from exirc.backend.xnnpack.support_dynamic import dynamic_reason, has_dynamic_shape
+from exirc.backend.xnnpack.support_dynamic import dynamic_reason, has_dynamic_shape, sizes_read
 from exirc.backend.xnnpack.support_nn import NN_RULES, convolution_geometry
 from exirc.backend.xnnpack.support_quant import QUANT_RULES, decide, is_quantized_graph
 from exirc.backend.xnnpack.support_rules import RULES, Facts, Reason, Rule, op_name
@@ -69,7 +69,7 @@ class XnnpackSupport:
                        for s, r in program.range_constraints.items()}
         root = self._dynamic_linears(program, facts).get(node)
         if root is not None:  # judged as its layer: the float input and result
-            found = _shape(root, facts)
+            found = _shape(root, facts, self._lower)
             return None if found is None else Rejection(node, found[0], found[1])
         decided = self._decisions(program, facts)
         if decided is not None and node in decided:
@@ -119,8 +119,8 @@ class XnnpackSupport:
             return self._getitem(node, facts)
         if node.target in (aten.where.self, aten.gt.Scalar):
             return self._prelu(node, facts)
-        if node.target in CREATORS:
-            return _dtype(node, facts) or _shape(node, facts)  # folded at compile time
+        if node.target in CREATORS:  # folded at compile time: never from a run-time size
+            return _dtype(node, facts) or _shape(node, facts) or sizes_read(node)
         rule = ALL_RULES.get(node.target)
         if rule is None:
             return "op", f"XNNPACK has no operator for {op_name(node)}"

@@ -70,10 +70,10 @@ def _val(node: object) -> torch.Tensor:
 
 def dynamic_reason(node: Node) -> Reason:
     """None when XNNPACK resizes `node` exactly at run time, else why not."""
-    return _operator(node) or _sizes_read(node)
+    return _operator(node) or sizes_read(node)
 
 
-def _sizes_read(node: Node) -> Reason:
+def sizes_read(node: Node) -> Reason:
     """Sizes are taken as shape arguments only, from a dim of the node's own
     inputs (`cut.size_source` measures them inside the delegate)."""
     target = node.target

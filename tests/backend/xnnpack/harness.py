@@ -120,10 +120,9 @@ def delegate_pte(partition: PartitionGraph, result: PreprocessResult) -> bytes:
 
 
 def run_executorch(pte: bytes, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
-    from executorch.runtime import Runtime
+    from tests.oracle import executorch_method
 
-    method = Runtime.get().load_program(pte).load_method("forward")
-    return list(method.execute(list(inputs)))
+    return list(executorch_method(pte)(inputs))
 
 
 def eager(model: torch.nn.Module, inputs: tuple[Any, ...]) -> list[torch.Tensor]:

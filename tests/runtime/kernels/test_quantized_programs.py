@@ -41,7 +41,8 @@ def executorch_runtime() -> Any:
 
 
 def run_both(runtime: Any, pte: bytes, inputs: Sequence[torch.Tensor]) -> tuple[list[Any], ...]:
-    theirs = runtime.load_program(pte).load_method("forward").execute([t.clone() for t in inputs])
+    program = runtime.load_program(pte)  # alive while its method runs
+    theirs = program.load_method("forward").execute([t.clone() for t in inputs])
     ours = load(pte).run("forward", [t.clone() for t in inputs])
     return [t.clone() for t in theirs], ours
 

@@ -260,10 +260,9 @@ def executorch_xnnpack_pte(model: ZooModel, half: bool = False) -> bytes:
 def run_with_executorch_runtime(pte: bytes, inputs: tuple[torch.Tensor, ...]
                                 ) -> list[torch.Tensor]:
     """ExecuTorch's own runtime (with its XNNPACK backend) on the program."""
-    from executorch.runtime import Runtime
+    from tests.oracle import executorch_method
 
-    method = Runtime.get().load_program(pte).load_method("forward")
-    outputs = method.execute([t.clone() for t in inputs])
+    outputs = executorch_method(pte)([t.clone() for t in inputs])
     return [o.clone() for o in outputs]
 
 
