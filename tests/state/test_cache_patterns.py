@@ -48,7 +48,12 @@ def _on_executorch(data: bytes) -> Callable[[str, torch.Tensor, torch.Tensor], t
 
     program = Runtime.get().load_program(data)
     methods = {name: program.load_method(name) for name in ("prefill", "forward")}
-    return lambda method, tokens, positions: methods[method].execute((tokens, positions))[0]
+
+    def step(method: str, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # ExecuTorch's methods live only as long as their program: the closure keeps it.
+        assert program is not None
+        return methods[method].execute((tokens, positions))[0]
+    return step
 
 
 @pytest.mark.parametrize("target", ["portable", "xnnpack"])

@@ -94,6 +94,47 @@ def test_transformers_static_cache_generates_the_eager_tokens(arch: str, target:
         == expected
 
 
+BOUND = 8
+
+
+@requires_executorch
+@pytest.mark.parametrize("target", ["portable", "xnnpack"])
+def test_a_dynamic_prefill_of_the_static_cache_generates_the_eager_tokens(target: str) -> None:
+    """One method, its length dynamic (1..BOUND): each prompt length prefilled in
+    one call, then 3 tokens decoded, one after another on one cache, as eager."""
+    from executorch.runtime import Runtime
+
+    model = _decoder("llama")
+    seq = torch.export.Dim("seq", min=1, max=BOUND)
+    result = compile_module(model, _inputs([0] * 3, 0),
+                            dynamic_shapes={"input_ids": {1: seq}, "inputs_embeds": None,
+                                            "cache_position": {0: seq}},
+                            options=CompileOptions(target=target))
+    if target == "xnnpack":
+        assert not {"addmm", "mm", "bmm"} & {e.op for e in result.delegation["forward"].left_out}
+
+    def session(step: Any) -> list[int]:
+        tokens: list[int] = []
+        for length in range(1, BOUND + 1):
+            prompt = [(5 * i + length) % 64 for i in range(length)]
+            logits = step(_inputs(prompt, 0))
+            tokens.append(int(logits[0, -1].argmax()))
+            for position in range(length, length + 3):
+                tokens.append(int(step(_inputs(tokens[-1:], position))[0, -1].argmax()))
+        return tokens
+
+    saved = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    with torch.no_grad():
+        expected = session(lambda inputs: model(*inputs))
+        for name, buffer in model.named_buffers():
+            buffer.copy_(saved[name])
+    ours = load(result.data)
+    assert session(lambda inputs: ours.run("forward", [inputs[0], inputs[2]])[0]) == expected
+    program = Runtime.get().load_program(result.data)  # alive while its method runs
+    method = program.load_method("forward")
+    assert session(lambda inputs: method.execute((inputs[0], inputs[2]))[0]) == expected
+
+
 def test_a_decomposition_torch_fails_is_blamed_on_torch_with_a_way_forward() -> None:
     """The raw export (its caches still written constants) fails inside torch."""
     model = _decoder("llama")
