@@ -62,7 +62,9 @@ class XnnpackSupport:
 
     def check(self, node: Node, program: ExportedProgram) -> Rejection | None:
         facts = Facts(lambda n: _constant(program, n))
-        self._lower = {s: int(r.lower) for s, r in program.range_constraints.items()}
+        # An unbounded symbol is no size (a start position read with `item`).
+        self._lower = {s: int(r.lower) for s, r in program.range_constraints.items()
+                       if isinstance(r.lower, int) or getattr(r.lower, "is_Integer", False)}
         root = self._dynamic_linears(program, facts).get(node)
         if root is not None:  # judged as its layer: the float input and result
             found = _shape(root, facts)
