@@ -156,3 +156,23 @@ def test_runtime_kernels_equal_executorchs_own(start: int) -> None:
     runtime_llama.update_cache_out(case["query"][:, :, :2], mine, start, out=torch.empty(1))
     torch.ops.llama.update_cache(case["query"][:, :, :2], their_cache, start)
     assert torch.equal(mine, their_cache)
+
+
+@pytest.mark.parametrize("variant", ["exact", "lookahead_mask", "other_positions"])
+def test_a_dynamic_length_binds_exact_matches_only(variant: str) -> None:
+    """One method for every length 1..MAX: the proofs hold for each length (the
+    exact pattern is bound), and a near miss is still one (left decomposed)."""
+    model = kv_models.make(2, variant)
+    seq = torch.export.Dim("seq", min=1, max=MAX)
+    result = compile_module(model, kv_models.inputs(3, 0),
+                            dynamic_shapes={"x": {1: seq}, "input_pos": {0: seq}},
+                            options=CompileOptions(target="xnnpack-llm"))
+    report = attention_report(result.planned["forward"].graph_module)
+    assert report is not None and len(report.bound) == (variant == "exact")
+    assert (LLAMA_OPS <= _operators(result)) == (variant == "exact")
+    eager, program = copy.deepcopy(model), load(result.data)
+    for length in range(1, MAX + 1):  # lengths 1..MAX, one after another, to the end
+        call = kv_models.inputs(length, MAX - length)
+        with torch.no_grad():
+            want = eager(*call)
+        torch.testing.assert_close(program.run("forward", list(call))[0], want)
