@@ -32,7 +32,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import sympy
 import torch
@@ -79,7 +79,7 @@ def fake(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, Node) else None
 
 
-Size = int | sympy.Expr  # a static size, or a dynamic one's symbolic expression
+Size: TypeAlias = "int | sympy.Expr"  # a static size, or a dynamic one's symbolic expression
 
 
 def _size(value: Any) -> Size | None:
@@ -103,7 +103,7 @@ def _shape(node: Any) -> tuple[Size, ...]:
     shape = [_size(s) for s in value.shape] if isinstance(value, torch.Tensor) else [None]
     if any(s is None for s in shape):
         raise NoMatch(f"%{getattr(node, 'name', node)} has no known shape")
-    return tuple(shape)  # type: ignore[arg-type]  # no None: checked above
+    return tuple(shape)  # no None: checked above
 
 
 def _is(node: Any, *targets: Any) -> bool:

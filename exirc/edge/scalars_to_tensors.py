@@ -41,7 +41,9 @@ _SYMBOLIC_DTYPES = {torch.SymBool: torch.bool, torch.SymInt: torch.int64,
 
 
 def _category(dtype: torch.dtype) -> int:
-    return 3 if dtype.is_complex else 2 if dtype.is_floating_point else 0 if dtype == torch.bool else 1
+    if dtype.is_complex:
+        return 3
+    return 2 if dtype.is_floating_point else 0 if dtype == torch.bool else 1
 
 
 def _symbolic_dtype(user: Node, value: object) -> torch.dtype | None:
@@ -103,7 +105,7 @@ def _convert(threader: ConstantThreader, node: Node) -> Answer:
             break
         value = args[position]
         dtype = _symbolic_dtype(node, value) if _is_tensor_type(str(argument.type)) else None
-        if dtype is not None:
+        if dtype is not None and isinstance(value, Node):  # a Node: _symbolic_dtype checked
             args[position] = _tensor_at_run_time(node, value, dtype)
             changed = True
         elif _is_tensor_type(str(argument.type)) and isinstance(value, (bool, int, float)):

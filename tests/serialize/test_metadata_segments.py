@@ -15,8 +15,14 @@ import torch
 from exirc.compiler import CompileOptions, compile_module
 from exirc.errors import FormatError
 from exirc.runtime import load
-from exirc.serialize import constant_names, deserialize, io_names, module_paths, read_program_file
-from exirc.serialize import json_segment
+from exirc.serialize import (
+    constant_names,
+    deserialize,
+    io_names,
+    json_segment,
+    module_paths,
+    read_program_file,
+)
 from exirc.serialize.header import SEGMENT_ALIGNMENT
 from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import run
