@@ -30,13 +30,14 @@ Anything else is a near miss, left decomposed with the reason why.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import sympy
 import torch
 from torch.fx import Node
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 aten = torch.ops.aten
 _SDPA = aten.scaled_dot_product_attention.default
@@ -90,11 +91,17 @@ def _size(value: Any) -> Size | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _at_least_one(size: Any) -> bool:
-    """Whether an int or SymInt is 1 or more for every value its symbols may take."""
+def _at_least_one(size: Any, ranges: Mapping[Any, ValueRanges]) -> bool:
+    """Whether an int or SymInt is 1 or more for every size the method accepts.
+    `ranges` are the program's range constraints (its `Dim`s): not the symbols'
+    ranges in the ShapeEnv, which assume every dynamic size is at least 2 (torch
+    traced with that assumption; the method still accepts 1, and 0 if min=0)."""
     if isinstance(size, torch.SymInt):
-        expression, env = size.node.expr, size.node.shape_env
-        return env is not None and bool(env.bound_sympy(expression).lower >= 1)
+        expression = size.node.expr
+        if not expression.free_symbols <= set(ranges):
+            return False
+        known = {symbol: ranges[symbol] for symbol in expression.free_symbols}
+        return bool(bound_sympy(expression, known).lower >= 1)
     return isinstance(size, int) and size >= 1
 
 
@@ -315,9 +322,10 @@ def cache_read(node: Any, call: Node, heads: int,
     return CacheRead(node, buffer, new, index, tuple(chain)), repeat
 
 
-def match(node: Node, order: dict[Node, int]) -> Binding:
+def match(node: Node, order: dict[Node, int], ranges: Mapping[Any, ValueRanges]) -> Binding:
     """The binding of one attention call; NoMatch saying why there is none.
-    `order` numbers the graph's nodes (a value depends on the writes before it)."""
+    `order` numbers the graph's nodes (a value depends on the writes before it);
+    `ranges` are the program's range constraints."""
     if len(node.args) > len(_PARAMETERS) or set(node.kwargs) - set(_PARAMETERS):
         raise NoMatch("unexpected arguments")
     given = {**_DEFAULTS, **dict(zip(_PARAMETERS, node.args)), **node.kwargs}
@@ -331,7 +339,7 @@ def match(node: Node, order: dict[Node, int]) -> Binding:
         raise NoMatch("the query is not float32")
     if not all(isinstance(s, int) for s in (batch, heads, size)):
         raise NoMatch("the query's batch, heads or head size is dynamic")
-    if not _at_least_one(fake(query).shape[2]):
+    if not _at_least_one(fake(query).shape[2], ranges):
         raise NoMatch("the query's length may be 0 (a Dim with min=0): no start position")
     key, repeat = cache_read(given["key"], node, heads, order)
     value, value_repeat = cache_read(given["value"], node, heads, order)
