@@ -84,3 +84,27 @@ def test_a_position_advanced_by_a_dynamic_length_runs_on_both_runtimes(
             for a, b in zip(got, expected, strict=True):
                 assert a.dtype == b.dtype, (name, length)
                 torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"{name}, length {length}")
+
+
+class TimesLength(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x.shape[0]
+
+
+@requires_executorch
+def test_a_size_times_a_tensor_delegates_the_multiply_on_both_runtimes() -> None:
+    """The run-time 0-d tensor stays on the interpreter (XNNPACK cannot fold it),
+    the multiply by it is delegated, at every length."""
+    from executorch.runtime import Runtime
+
+    result = compile_module(TimesLength(), (torch.randn(4, 3),),
+                            dynamic_shapes=({0: Dim("n", min=2, max=BOUND)},),
+                            options=CompileOptions(target="xnnpack"))
+    assert "mul" not in {e.op for e in result.delegation["forward"].left_out}
+    ours = load(result.data)
+    program = Runtime.get().load_program(result.data)  # alive while its method runs
+    method = program.load_method("forward")
+    for n in range(2, BOUND + 1):
+        x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+        torch.testing.assert_close(ours.run("forward", [x])[0], x * n)
+        torch.testing.assert_close(method.execute([x])[0], x * n)

@@ -75,4 +75,6 @@ def created(node: Node) -> torch.Tensor | None:
             or not all(isinstance(d, int) for d in val.shape):
         return None
     fill = node.args[0] if node.target == aten.scalar_tensor.default else node.args[1]
+    if isinstance(fill, Node):  # a size read at run time (scalars_to_tensors): no constant
+        return None
     return torch.full([int(d) for d in val.shape], as_float(fill), dtype=torch.float32)
