@@ -118,9 +118,9 @@ class XnnpackSupport:
         if node.target in (aten.where.self, aten.gt.Scalar):
             return self._prelu(node, facts)
         if node.target in CREATORS:
-            if node.all_input_nodes:  # a size read at run time (scalars_to_tensors)
-                return "shape", f"{op_name(node)} computes with the size " \
-                                f"{node.all_input_nodes[0].name}"
+            fill = node.args[0] if node.target == aten.scalar_tensor.default else node.args[1]
+            if isinstance(fill, Node):  # a size read at run time (scalars_to_tensors)
+                return "shape", f"{op_name(node)} computes with the size {fill.name}"
             return _dtype(node, facts) or _shape(node, facts)  # folded at compile time
         rule = ALL_RULES.get(node.target)
         if rule is None:
