@@ -148,7 +148,7 @@ class BindKvAttention(Pass):
             if not is_attention(node):
                 continue
             try:
-                binding = match(node, order)
+                binding = match(node, order, program.range_constraints)
                 for read in (binding.key, binding.value):
                     if read.buffer.name not in program.graph_signature.inputs_to_buffers:
                         raise NoMatch(f"the cache {read.buffer.name} is not a buffer")

@@ -12,7 +12,14 @@ the two compute the same values:
     mask      arange(S_max)[..., None, :] <= (arange(S) + s)[..., :, None] (bool, `le` or
               `ge`, through unsqueezes and a broadcasting expand), so row i sees
               positions 0 .. s + i: the causal mask of start position s
-    call      no dropout, no causal flag, no `enable_gqa`, float32, static shapes
+    call      no dropout, no causal flag, no `enable_gqa`, float32
+
+The query's length S may be dynamic (a method exported with a `Dim`): every
+proof then holds for each S the method accepts, as each compares sizes as
+symbolic expressions (one symbol is one value at run time; expressions that
+are equal but written differently are a near miss, never assumed equal), and
+S is proven at least 1 (the start position is the first position written).
+Every other size (batch, heads, head size, the cache) must be static.
 
 Two values of s are the same when they are the same scalar: a select of one
 element of a user input, seen through int64 conversions and through a 0-d
@@ -23,12 +30,14 @@ Anything else is a near miss, left decomposed with the reason why.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
+import sympy
 import torch
 from torch.fx import Node
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 aten = torch.ops.aten
 _SDPA = aten.scaled_dot_product_attention.default
@@ -71,12 +80,37 @@ def fake(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, Node) else None
 
 
-def _shape(node: Any) -> tuple[int, ...]:
+Size: TypeAlias = "int | sympy.Expr"  # a static size, or a dynamic one's symbolic expression
+
+
+def _size(value: Any) -> Size | None:
+    """An int or SymInt as a `Size` (a SymInt whose value is known is an int)."""
+    if isinstance(value, torch.SymInt):
+        expression = value.node.expr
+        return int(expression) if expression.is_Integer else expression
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _at_least_one(size: Any, ranges: Mapping[Any, ValueRanges]) -> bool:
+    """Whether an int or SymInt is 1 or more for every size the method accepts.
+    `ranges` are the program's range constraints (its `Dim`s): not the symbols'
+    ranges in the ShapeEnv, which assume every dynamic size is at least 2 (torch
+    traced with that assumption; the method still accepts 1, and 0 if min=0)."""
+    if isinstance(size, torch.SymInt):
+        expression = size.node.expr
+        if not expression.free_symbols <= set(ranges):
+            return False
+        known = {symbol: ranges[symbol] for symbol in expression.free_symbols}
+        return bool(bound_sympy(expression, known).lower >= 1)
+    return isinstance(size, int) and size >= 1
+
+
+def _shape(node: Any) -> tuple[Size, ...]:
     value = fake(node)
-    if not isinstance(value, torch.Tensor) or \
-            not all(isinstance(s, int) for s in value.shape):
-        raise NoMatch(f"%{getattr(node, 'name', node)} has no static shape")
-    return tuple(value.shape)
+    shape = [_size(s) for s in value.shape] if isinstance(value, torch.Tensor) else [None]
+    if any(s is None for s in shape):
+        raise NoMatch(f"%{getattr(node, 'name', node)} has no known shape")
+    return tuple(shape)  # no None: checked above
 
 
 def _is(node: Any, *targets: Any) -> bool:
@@ -169,7 +203,7 @@ def scalar_key(node: Any, reader: Node, order: dict[Node, int]) -> Hashable:
     raise NoMatch(f"cannot tell what the start position %{node.name} holds")
 
 
-def _arange_length(node: Any) -> int | None:
+def _arange_length(node: Any) -> Size | None:
     if not _is(node, *_ARANGE) or set(node.kwargs) - {"device", "pin_memory", "layout",
                                                      "dtype"}:
         return None
@@ -179,13 +213,14 @@ def _arange_length(node: Any) -> int | None:
     if len(args) == 2:
         args.append(1)
     start, end, step = args
-    if start != 0 or step != 1 or not isinstance(end, int) or \
+    end = _size(fake(end) if isinstance(end, Node) else end)
+    if start != 0 or step != 1 or end is None or \
             node.kwargs.get("dtype", torch.int64) != torch.int64:
         return None
     return end
 
 
-def positions(node: Any, order: dict[Node, int]) -> tuple[Hashable | int, int]:
+def positions(node: Any, order: dict[Node, int]) -> tuple[Hashable | int, Size]:
     """(offset, n) for a 1-D int64 node equal to arange(n) + offset: the offset
     is a Python int, or the key of a 0-d tensor (`scalar_key`)."""
     length = _arange_length(node)
@@ -209,14 +244,14 @@ def _unsqueezed(node: Any) -> Any:
     return node
 
 
-def _lead_stripped(node: Any) -> tuple[int, ...]:
+def _lead_stripped(node: Any) -> tuple[Size, ...]:
     shape = _shape(node)
     while shape and shape[0] == 1:
         shape = shape[1:]
     return shape
 
 
-def check_mask(mask: Any, start: Hashable, length: int, cache_length: int,
+def check_mask(mask: Any, start: Hashable, length: Size, cache_length: int,
                order: dict[Node, int]) -> None:
     """That `mask` is the causal mask of start position `start` for `length` rows."""
     if mask is None:
@@ -287,9 +322,10 @@ def cache_read(node: Any, call: Node, heads: int,
     return CacheRead(node, buffer, new, index, tuple(chain)), repeat
 
 
-def match(node: Node, order: dict[Node, int]) -> Binding:
+def match(node: Node, order: dict[Node, int], ranges: Mapping[Any, ValueRanges]) -> Binding:
     """The binding of one attention call; NoMatch saying why there is none.
-    `order` numbers the graph's nodes (a value depends on the writes before it)."""
+    `order` numbers the graph's nodes (a value depends on the writes before it);
+    `ranges` are the program's range constraints."""
     if len(node.args) > len(_PARAMETERS) or set(node.kwargs) - set(_PARAMETERS):
         raise NoMatch("unexpected arguments")
     given = {**_DEFAULTS, **dict(zip(_PARAMETERS, node.args)), **node.kwargs}
@@ -301,6 +337,10 @@ def match(node: Node, order: dict[Node, int]) -> Binding:
     batch, heads, length, size = _shape(query)
     if fake(query).dtype != torch.float32:
         raise NoMatch("the query is not float32")
+    if not all(isinstance(s, int) for s in (batch, heads, size)):
+        raise NoMatch("the query's batch, heads or head size is dynamic")
+    if not _at_least_one(fake(query).shape[2], ranges):
+        raise NoMatch("the query's length may be 0 (a Dim with min=0): no start position")
     key, repeat = cache_read(given["key"], node, heads, order)
     value, value_repeat = cache_read(given["value"], node, heads, order)
     if key.buffer is value.buffer or repeat != value_repeat or \

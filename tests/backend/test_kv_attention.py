@@ -156,3 +156,28 @@ def test_runtime_kernels_equal_executorchs_own(start: int) -> None:
     runtime_llama.update_cache_out(case["query"][:, :, :2], mine, start, out=torch.empty(1))
     torch.ops.llama.update_cache(case["query"][:, :, :2], their_cache, start)
     assert torch.equal(mine, their_cache)
+
+
+@pytest.mark.parametrize(("variant", "shortest"), [("exact", 1), ("lookahead_mask", 1),
+                                                   ("other_positions", 1), ("exact", 0)])
+def test_a_dynamic_length_binds_exact_matches_only(variant: str, shortest: int) -> None:
+    """One method for every length shortest..MAX: the proofs hold for each length
+    (the exact pattern is bound), a near miss is still one (left decomposed),
+    and a method that accepts a length of 0 has no start position to bind."""
+    model = kv_models.make(2, variant)
+    seq = torch.export.Dim("seq", min=shortest, max=MAX)
+    result = compile_module(model, kv_models.inputs(3, 0),
+                            dynamic_shapes={"x": {1: seq}, "input_pos": {0: seq}},
+                            options=CompileOptions(target="xnnpack-llm"))
+    bound = variant == "exact" and shortest == 1
+    report = attention_report(result.planned["forward"].graph_module)
+    assert report is not None and len(report.bound) == bound
+    assert (_operators(result) >= LLAMA_OPS) == bound
+    if shortest == 0:
+        assert report.unbound[0][1].startswith("the query's length may be 0")
+    eager, program = copy.deepcopy(model), load(result.data)
+    for length in range(1, MAX + 1):  # lengths 1..MAX, one after another, to the end
+        call = kv_models.inputs(length, MAX - length)
+        with torch.no_grad():
+            want = eager(*call)
+        torch.testing.assert_close(program.run("forward", list(call))[0], want)

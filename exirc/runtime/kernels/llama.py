@@ -75,8 +75,16 @@ def _check_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
             kv_heads == 0 or heads % kv_heads:
         _fail("custom_sdpa", f"query {list(query.shape)} does not fit the caches "
                              f"{list(key.shape)}")
-    if list(out.shape) != list(query.shape) or out.dtype != query.dtype:
-        _fail("custom_sdpa", f"out is {out.dtype} {list(out.shape)}, not the query's")
+    if out.dtype != query.dtype:
+        _fail("custom_sdpa", f"out is {out.dtype}, not the query's {query.dtype}")
+    if out.shape != query.shape:  # a dynamic length: out takes the query's, as ExecuTorch's
+        before = out.shape
+        try:
+            out.resize_(query.shape)
+        except RuntimeError:  # planned memory cannot grow
+            out.resize_(before)
+            _fail("custom_sdpa", f"out has room for {out.numel()} elements, not for "
+                                 f"the query's {list(query.shape)}")
 
 
 def custom_sdpa_out(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
