@@ -45,9 +45,9 @@ $(STAMP): pyproject.toml
 # runs on the same (reference) interpreter (tests/conftest.py), so none runs
 # twice; --durations names the slowest tests, to keep the suite's time honest.
 test: install
-	EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
+	EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --durations=15
 	PYTHONPATH=tests/without_extras EXIRC_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 \
-		--dist loadgroup tests/runtime -m "not slow"
+		tests/runtime -m "not slow"
 
 demo: install
 	@mkdir -p $(OUT)

@@ -39,39 +39,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """With EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS set (`make test`'s first pass), leave out
     the runtime tests its second pass runs on the same interpreter, so the suite does not
     run ~800 tests twice; a plain `pytest` still runs everything."""
-    _keep_shared_setup_on_one_worker(items)
     if not os.environ.get("EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS"):
         return
     later = [item for item in items if _runs_again_without_extras(item)]
     if later:
         config.hook.pytest_deselected(items=later)
         items[:] = [item for item in items if not _runs_again_without_extras(item)]
-
-
-# Modules whose tests share work through a module-level cache (compiled files,
-# ExecuTorch's lowerings) rather than a fixture pytest can see.
-SHARED_CACHE_MODULES = frozenset({
-    "tests/emit/test_constants_once.py",
-    "tests/quantize/test_dynamic_llms.py",
-    "tests/serialize/test_executorch_files.py",
-    "tests/backend/xnnpack/test_dynamic_delegation.py",
-    "tests/quantize/test_dynamic_quant.py",
-})
-
-
-def _keep_shared_setup_on_one_worker(items: list[pytest.Item]) -> None:
-    """Under `pytest -n 2 --dist loadgroup` (`make test`), the tests of a module
-    that share a module-scoped fixture or a module-level cache run on one
-    worker, so its setup (a 2,000-mutant campaign, a compiled LLM, ExecuTorch's
-    lowering of a model) is paid once, not once per worker."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        definitions = getattr(item, "_fixtureinfo", None)
-        shared = module in SHARED_CACHE_MODULES or definitions is not None and any(
-            definition.scope in ("module", "session") and definition.baseid == module
-            for chain in definitions.name2fixturedefs.values() for definition in chain)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture(autouse=True)

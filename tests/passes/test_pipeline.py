@@ -86,7 +86,7 @@ def test_unknown_target_lists_the_targets() -> None:
     with pytest.raises(UsageError) as raised:
         load_pipeline("gpu")
     assert str(raised.value) == "unknown target 'gpu'"
-    assert raised.value.hint == "targets: exirc, portable, xnnpack"
+    assert raised.value.hint == "targets: exirc, portable, xnnpack, xnnpack-llm"
 
 
 # --------------------------------------------------------------------------
