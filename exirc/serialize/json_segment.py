@@ -4,8 +4,9 @@ Symbolic shapes and constant names travel in segments that `named_data`
 names by key; runtimes that do not know the key ignore them. Each is one
 JSON object with a `format_version`, stored zlib-compressed: names and module
 paths repeat their prefixes, so compression takes about three quarters off
-what a file carries besides its model (files written before that hold the
-plain JSON, which starts with `{` where a zlib stream cannot, and still read).
+the segments, and packing (`DataSegment.packed`) their padding. Files written
+before that hold the plain JSON, which starts with `{` where a zlib stream
+cannot, and still read.
 Reading one is reading untrusted input: too big (before or after
 decompressing: a small stream can expand without bound), nested too deep
 (Python's parser recurses) or malformed is a FormatError naming the segment.
