@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from typing import Any
 
 from exirc.serialize import program as P
@@ -120,6 +121,8 @@ def metadata_json(ctx: Context) -> str | None:
         return None
     segment = ctx.program.segments[entry.segment_index]
     data = bytes(segment.data)
+    if data[:1] != b"{" and not data.startswith(b"EXIRCBIO"):  # bundled cases: JSON inside
+        return _bend_compressed(ctx, entry.key, segment, data)
     start = data.find(b"{")
     if start < 0:
         return None
@@ -133,6 +136,20 @@ def metadata_json(ctx: Context) -> str | None:
         return None
     segment.data = data[:start] + text.ljust(end) + data[start + end:]
     return f"named_data {entry.key!r}: {what}"
+
+
+def _bend_compressed(ctx: Context, key: str, segment: Any, data: bytes) -> str | None:
+    """The same for a zlib-compressed segment (exirc.serialize.json_segment):
+    bent, then compressed again; the segment is its own, so its length may change."""
+    try:
+        document = json.loads(zlib.decompress(data))
+    except (zlib.error, ValueError):
+        return None
+    what = _bend_json(document, ctx.rng)
+    if what is None:
+        return None
+    segment.data = zlib.compress(json.dumps(document, separators=(",", ":")).encode())
+    return f"named_data {key!r}: {what}"
 
 
 def _bend_json(document: Any, rng: random.Random) -> str | None:
