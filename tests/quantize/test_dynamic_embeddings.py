@@ -173,3 +173,31 @@ def test_an_int8_xnnpack_language_model_runs_without_the_quantized_kernels(
         assert_within_steps(theirs, expected, steps, "ExecuTorch vs the quantized model")
         assert_within_steps(run_exirc(result.data, tokens), expected, steps,
                             "exirc vs the quantized model")
+
+
+TIED_LM_FILE = '''\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Embedding(96, 64), torch.nn.Linear(64, 32)).eval()
+example_inputs = (torch.randint(0, 96, (1, 7)),)
+'''
+
+
+@pytest.mark.parametrize("flags, library", [([], False), (["--quantize-embeddings", "int8"], True)])
+def test_cli_int8_tables_on_xnnpack_are_an_explicit_choice(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str],
+        library: bool) -> None:
+    """`inspect`'s kernels line names the quantized library only when asked for."""
+    from exirc.cli.app import main
+
+    model_file, pte = tmp_path / "lm.py", tmp_path / "lm.pte"
+    model_file.write_text(TIED_LM_FILE)
+    assert main(["compile", str(model_file), "--quantize", "int8", "--target", "xnnpack",
+                 *flags, "-o", str(pte)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["inspect", str(pte)]) == 0
+    kernels = next(line for line in capsys.readouterr().out.splitlines()
+                   if line.startswith("kernels: "))
+    assert ("quantized (quantized_decomposed::embedding_byte.out)" in kernels) == library, \
+        kernels
