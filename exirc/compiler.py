@@ -56,7 +56,7 @@ class CompileOptions:
     quantize: str | None = None
     calibration_inputs: tuple[str | Path, ...] = ()
     quantize_group_size: int | None = None
-    quantize_embeddings: str = "none"  # 8da4w / 8da8w: "int8" / "int4" embedding tables
+    quantize_embeddings: str | None = None  # "int8"/"int4"/"none"; None: the mode's default
     # Warn for an output whose SQNR against the float model (on `verify_inputs`
     # when given, else the calibration inputs) is below this; None: 20 dB.
     min_sqnr_db: float | None = None

@@ -169,10 +169,11 @@ def _one_limit(max_arena: int | None, max_memory: int | None) -> int | None:
                    "channel for int8, 128 for int4, 32 for 8da4w; rows it does not divide "
                    "get one scale per channel).")
 @click.option("--quantize-embeddings", "quantize_embeddings",
-              type=click.Choice(["none", "int8", "int4"]), default="none", show_default=True,
-              help="With 8da4w / 8da8w: embedding tables as int8 (a scale per row) or int4 "
-                   "(groups of 128) rows. Their lookups need ExecuTorch's quantized kernel "
-                   "library outside the delegates; none keeps them float.")
+              type=click.Choice(["none", "int8", "int4"]), default=None,
+              help="With int8, 8da4w or 8da8w: embedding tables as int8 (a scale per row) or "
+                   "int4 (groups of 128) rows. Their lookups need ExecuTorch's quantized "
+                   "kernel library outside the delegates; none keeps them float. Default: "
+                   "int8 rows for --quantize int8 on a target without delegates, else none.")
 @click.option("--external-weights", "external_weights", metavar="FILE.ptd",
               type=click.Path(dir_okay=False, path_type=Path),
               help="Write the weights (constants, and delegates' weights) to this data file "
@@ -199,7 +200,7 @@ def compile_command(model: str, output: Path | None, example_inputs: str | None,
                     atol: float | None, bundle: bool, plugins: tuple[str, ...],
                     imports: tuple[str, ...], quantize: str | None,
                     calibration_inputs: tuple[str, ...], min_sqnr: float | None,
-                    group_size: int | None, quantize_embeddings: str,
+                    group_size: int | None, quantize_embeddings: str | None,
                     external_weights: Path | None,
                     explain_delegation: str | None,
                     time_passes: bool, as_json: bool, quiet: bool, verbose: bool) -> None:

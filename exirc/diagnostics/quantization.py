@@ -118,10 +118,16 @@ def quantize_with(options: CompileOptions, sources: dict[str, MethodSource],
                   exported: dict[str, ExportedProgram],
                   warn: Callable[[str], None] | None = None) -> Quantized:
     """`quantize_sources` as the compile options (`options.quantize`, ...) ask."""
-    from exirc.quantize import QuantizeConfig
+    from exirc.backend.delegate import Delegate
+    from exirc.pipelines import load_pipeline
+    from exirc.quantize import QuantizeConfig, default_embeddings
 
-    config = QuantizeConfig(options.quantize or "", options.quantize_group_size,
-                            options.quantize_embeddings)
+    embeddings = options.quantize_embeddings
+    if embeddings is None:
+        stages = load_pipeline(options.target, options.pipeline).stages.values()
+        delegated = any(isinstance(p, Delegate) for passes in stages for p in passes)
+        embeddings = default_embeddings(options.quantize or "", delegated)
+    config = QuantizeConfig(options.quantize or "", options.quantize_group_size, embeddings)
     return quantize_sources(sources, exported, config, options.calibration_inputs,
                             options.verify_inputs, options.min_sqnr_db, warn)
 

@@ -30,9 +30,10 @@ def check_options(options: CompileOptions) -> None:
     if (options.calibration_inputs or options.quantize_group_size) and not options.quantize:
         raise UsageError("calibration inputs and a group size apply to --quantize",
                          hint="add --quantize int8 (or a weight-only mode)")
-    if options.quantize_embeddings != "none" and options.quantize not in ("8da4w", "8da8w"):
-        raise UsageError("--quantize-embeddings applies to --quantize 8da4w and 8da8w",
-                         hint="int8 and the weight-only modes quantize embeddings already")
+    if options.quantize_embeddings not in (None, "none") \
+            and options.quantize not in ("int8", "8da4w", "8da8w"):
+        raise UsageError("--quantize-embeddings applies to --quantize int8, 8da4w and 8da8w",
+                         hint="the weight-only modes quantize embeddings already")
     if options.verify_inputs and not (options.self_check or options.quantize):
         raise UsageError("verification inputs apply to --verify, --bundle and --quantize",
                          hint="add --verify (or --bundle to store them in the program)")

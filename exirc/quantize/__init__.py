@@ -33,15 +33,17 @@ if TYPE_CHECKING:
 
 MODES = ("int8", "int8-weight-only", "int4-weight-only", "8da4w", "8da8w")
 DYNAMIC_MODES = ("8da4w", "8da8w")  # int8 activations per token at run time
-EMBEDDING_MODES = ("none", "int8", "int4")  # 8da4w / 8da8w's embedding tables
+EMBEDDING_MODES = ("none", "int8", "int4")  # --quantize-embeddings
+EMBEDDING_CHOICE_MODES = ("int8", *DYNAMIC_MODES)  # the modes that take it
 
 
 @dataclass(frozen=True)
 class QuantizeConfig:
     mode: str
     group_size: int | None = None  # weight-only: values per scale (None: the mode's default)
-    # 8da4w / 8da8w: embedding tables as int8 / int4 rows (the weight-only modes'
-    # groups), read by ExecuTorch's quantized embedding kernels; "none" keeps them float.
+    # int8, 8da4w, 8da8w: embedding tables as int8 / int4 rows (the weight-only
+    # modes' groups), read by ExecuTorch's quantized embedding kernels; "none"
+    # keeps them float (`default_embeddings` says what each mode does unasked).
     embeddings: str = "none"
 
     def __post_init__(self) -> None:
@@ -58,10 +60,10 @@ class QuantizeConfig:
         if self.embeddings not in EMBEDDING_MODES:
             raise UsageError(f"unknown embedding quantization {self.embeddings!r}",
                              hint=f"choose one of {', '.join(EMBEDDING_MODES)}")
-        if self.embeddings != "none" and self.mode not in DYNAMIC_MODES:
-            raise UsageError(f"--quantize-embeddings applies to 8da4w and 8da8w, not "
+        if self.embeddings != "none" and self.mode not in EMBEDDING_CHOICE_MODES:
+            raise UsageError(f"--quantize-embeddings applies to int8, 8da4w and 8da8w, not "
                              f"{self.mode or 'a float model'}",
-                             hint="int8 and the weight-only modes quantize embeddings already")
+                             hint="the weight-only modes quantize embeddings already")
 
     @property
     def bits(self) -> int:
@@ -98,12 +100,9 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
     if config.mode == "int8":
         module, layers = _static_int8(module, calibration, where)
         quantized_ops = len(layers)
-        # Embedding tables are weights pt2e leaves float; in language models they
-        # are most of the bytes. They become int8 rows read by embedding_byte.
-        weights = quantize_weights(module, 8, embeddings_only=True)
+        weights = _embedding_tables(module, config.embeddings)
     elif config.mode in DYNAMIC_MODES:
-        weights = [] if config.embeddings == "none" else quantize_weights(
-            module, 8 if config.embeddings == "int8" else 4, embeddings_only=True)
+        weights = _embedding_tables(module, config.embeddings)
         weights += quantize_dynamic(module, config.bits, config.group_size)
     else:
         weights = quantize_weights(module, config.bits, config.group_size)
@@ -121,6 +120,28 @@ def quantize_method(exported: ExportedProgram, config: QuantizeConfig,
                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
                          hint="rerun with --debug to see the traceback") from error
     return QuantizedMethod(module, program, weights, quantized_ops, layers)
+
+
+def _embedding_tables(module: GraphModule, embeddings: str) -> list[Any]:
+    """Embedding tables are weights pt2e and the dynamic modes leave float; in
+    language models they are most of the bytes. Asked for, they become int8 or
+    int4 rows read by embedding_byte / embedding_4bit (ExecuTorch's quantized
+    kernel library, outside any delegate)."""
+    from exirc.quantize.weight_only import quantize_weights
+
+    if embeddings == "none":
+        return []
+    return list(quantize_weights(module, 8 if embeddings == "int8" else 4,
+                                 embeddings_only=True))
+
+
+def default_embeddings(mode: str, delegated: bool) -> str:
+    """What `--quantize MODE` does with embedding tables unless told: int8 rows
+    for static int8 on a target without a delegate (the portable runtime then
+    has the quantized kernels a file of quantized ops needs anyway); float
+    under a delegate, as ExecuTorch's own int8 XNNPACK lowering keeps them, so
+    the file needs no kernels outside its delegates; float for 8da4w / 8da8w."""
+    return "int8" if mode == "int8" and not delegated else "none"
 
 
 def _static_int8(module: GraphModule, calibration: Sequence[tuple[Any, ...]],

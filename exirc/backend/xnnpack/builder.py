@@ -65,6 +65,8 @@ class GraphBuilder:
     _versions: dict[Node, list[Version]] = field(default_factory=dict)
     _alias: dict[Node, Node] = field(default_factory=dict)
     _folded: dict[Node, torch.Tensor] = field(default_factory=dict)
+    # Folded quantizes: their tensors are integers, stored as qint8 with this.
+    _folded_quant: dict[Node, G.PerTensorQuant] = field(default_factory=dict)
     _static_ids: dict[tuple[str, tuple[int, ...], G.Datatype, str], int] = field(
         default_factory=dict)
     _data_index: dict[str, int] = field(default_factory=dict)
@@ -185,9 +187,22 @@ class GraphBuilder:
         """`node` is the same tensor as `same_as` (a no-op of the graph)."""
         self._alias[node] = self.resolve(same_as)
 
-    def fold(self, node: Node, tensor: torch.Tensor) -> None:
-        """`node`'s tensor is known at compile time."""
+    def fold(self, node: Node, tensor: torch.Tensor,
+             quant: G.PerTensorQuant | None = None) -> None:
+        """`node`'s tensor is known at compile time: integers quantized as `quant`
+        (a quantize of a constant), else float values."""
         self._folded[node] = tensor
+        if quant is not None:
+            self._folded_quant[node] = quant
+
+    def _constant_of(self, x: Operand, tensor: torch.Tensor) -> int:
+        """The constant value of `tensor`, `x`'s static tensor (or a view of it):
+        qint8 for a folded quantize, whose integers read as floats would be
+        other numbers, else fp32."""
+        quant = self._folded_quant.get(self.resolve(x)) if isinstance(x, Node) else None
+        if quant is None:
+            return self.static_value(tensor)
+        return self.constant_value(tensor.contiguous(), G.Datatype.QINT8, quant)
 
     # --- getting operands ----------------------------------------------------
 
@@ -196,7 +211,7 @@ class GraphBuilder:
         tensor = self.static(x)
         if tensor is not None:
             order = tuple(range(tensor.dim())) if layout is None else tuple(layout)
-            return Version(self.static_value(tensor.permute(order)), order)
+            return Version(self._constant_of(x, tensor.permute(order)), order)
         assert isinstance(x, Node)
         versions = self.versions(x)
         if not versions:
@@ -252,7 +267,7 @@ class GraphBuilder:
         tensor = self.static(x)
         if tensor is not None:
             full = tensor.reshape([1] * (rank - small) + shape).permute(layout)
-            return self.static_value(full)
+            return self._constant_of(x, full)
         version = self.get(x, lay.project(layout, rank, small))
         if lay.trailing_compatible(layout, rank, small):
             return version.id
@@ -327,7 +342,8 @@ class GraphBuilder:
             vid = found
         else:
             # A qint8 result (a quantize read by another delegate) stays qint8.
-            like = None if self.is_static(node) else self.versions(node)[0].id
+            like = self.get(node, ident).id if self.is_static(node) \
+                else self.versions(node)[0].id
             vid = self.value(shape, like=like)
             if found is None and not self.is_static(node):
                 self._convert(node, ident, vid)

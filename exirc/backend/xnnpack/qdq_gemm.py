@@ -153,9 +153,9 @@ def match_gemm(node: Node, constant: Constant) -> Gemm | str | None:
     for w in weight_nodes:
         if len(w.users) != 1:
             return f"its quantized weight {w.name} is read elsewhere too"
-    problem = _weight_layout(node, weight, weight_nodes)
-    if problem is not None:
-        return problem
+    weight = _weight_layout(node, weight, weight_nodes)
+    if isinstance(weight, str):
+        return weight
     conv = node.target == aten.convolution.default
     x = node.args[0] if node.target != aten.addmm.default else node.args[1]
     view = None
@@ -175,22 +175,31 @@ def match_gemm(node: Node, constant: Constant) -> Gemm | str | None:
     return _numbers_problem(gemm) or gemm
 
 
-def _weight_layout(node: Node, weight: Weight, nodes: tuple[Node, ...]) -> str | None:
-    """Per-channel scales must run along the output channels, as XNNPACK's are."""
-    if not weight.per_channel:
-        return None
+def _weight_layout(node: Node, weight: Weight, nodes: tuple[Node, ...]) -> Weight | str:
+    """The weight as XNNPACK's filter is laid out ([out, in] for a matrix product),
+    or why it cannot be: per-channel scales must run along the output channels,
+    as XNNPACK's are."""
     if node.target == aten.convolution.default:
+        if not weight.per_channel:
+            return weight
         transposed, groups = bool(node.args[6]), as_int(node.args[8])
         if transposed and (groups != 1 or weight.axis != 1):
             return ("transposed convolution weights are taken quantized per output channel "
                     "(axis 1) and ungrouped only")
         if not transposed and weight.axis != 0:
             return f"its weight is quantized along axis {weight.axis}, not the output channels"
-        return None
+        return weight
     perm = [p % 2 for p in as_ints(nodes[1].args[1])] if len(nodes) == 2 else []
-    if perm != [1, 0] or weight.integers.dim() != 2 or weight.axis != 0:
-        return "its weight is not a [out, in] matrix quantized per output row"
-    return None
+    if weight.integers.dim() != 2 or perm not in ([], [1, 0]):
+        return "its weight is not a [out, in] or [in, out] matrix"
+    if not perm:
+        # Stored [in, out] and read as it is (a GPT-2 Conv1D's addmm): its
+        # transpose is the [out, in] filter, the scales' axis turning with it.
+        axis = None if weight.axis is None else 1 - weight.axis
+        weight = Weight(weight.integers.t(), weight.scale, axis)
+    if weight.per_channel and weight.axis != 0:
+        return "its weight is not quantized per output channel"
+    return weight
 
 
 def _bias(node: Node, constant: Constant) -> torch.Tensor | None | str:

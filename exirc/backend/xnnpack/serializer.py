@@ -26,6 +26,7 @@ from exirc.backend.xnnpack import (
     lower_norm,
     lower_quant,
     lower_shape,
+    qdq,
 )
 from exirc.backend.xnnpack.args import created
 from exirc.backend.xnnpack.builder import GraphBuilder
@@ -169,5 +170,9 @@ def _fold(b: GraphBuilder, node: Node) -> bool:
     if result.numel() > max(sum(t.numel() for t in statics if t is not None),
                             SMALL_FOLD_ELEMENTS):
         return False
-    b.fold(node, result)
+    # A quantize of a constant (an activation Edge folded, e.g. a position
+    # embedding) is integers: its readers take them as qint8, as a quantize
+    # computed here would be.
+    params = qdq.tensor_params(node) if qdq.is_q(node) else None
+    b.fold(node, result, params.xnnpack if params is not None else None)
     return True
