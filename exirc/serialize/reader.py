@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from exirc.errors import FormatError
+from exirc.serialize import metadata
 from exirc.serialize import program as P
 from exirc.serialize.checked_buffer import CheckedBuffer
 from exirc.serialize.decode import decode_program, segment_ranges
@@ -103,6 +104,7 @@ def _read(data: memoryview) -> ProgramFile:
     base = header.segment_base_offset if header else 0
     for index in packed_segments([(start - base, length) for start, length in spans], inside):
         program.segments[index].packed = True
+    metadata.restore_stack_traces(program)
     validate_program(program)
     return ProgramFile(program, size, header, spans)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exirc.errors import InternalError
+from exirc.serialize import metadata
 from exirc.serialize import program as P
 from exirc.serialize.flatbuffer import FORCE_ALIGN, FlatBufferWriter
 from exirc.serialize.header import (
@@ -26,8 +27,16 @@ from exirc.serialize.header import (
 _MAX_FLATBUFFER_ALIGNMENT = FORCE_ALIGN
 
 
-def serialize(program: P.Program, *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
-    """Return the `.pte` bytes of `program`."""
+def serialize(program: P.Program, *, segment_alignment: int = SEGMENT_ALIGNMENT,
+              metadata_segment: bool = True) -> bytes:
+    """Return the `.pte` bytes of `program`.
+
+    exirc's metadata goes in one segment (`exirc.serialize.metadata`);
+    `metadata_segment=False` writes it as exirc did before, a segment per
+    kind and stack traces in the chains (for tests of such files).
+    """
+    if metadata_segment:
+        program = metadata.merged(program)
     inside = _segments_inside(program.segments)
     segment_offsets = _segment_offsets(program.segments, inside, segment_alignment)
     flatbuffer = FlatBufferWriter(segment_offsets).program(program)
