@@ -8,9 +8,10 @@ exirc's file (`--target portable`, `--target xnnpack`) beside ExecuTorch's
 own (`to_edge(ep).to_executorch()`, and `to_edge_transform_and_lower(ep,
 partitioner=[XnnpackPartitioner()])`), in bytes, and ours / theirs.
 
-Also per row: the bytes of exirc's own metadata in our file (`exirc.*` named
-data, and the stack traces every instruction carries: what the size report,
-errors and `inspect` read; ExecuTorch's files have none), measured as what
+Also per row: the bytes of exirc's own metadata in our file (the
+`exirc.metadata` segment: names, module paths and the stack traces every
+instruction carries, what the size report, errors and `inspect` read;
+ExecuTorch's files have none), measured as what
 the file loses when it is written again without them (their table rows and
 segment padding included), ours / theirs without them, and the duplicate
 bytes the size report finds in each file (bytes stored more than once).
@@ -86,7 +87,8 @@ def model_rows(name: str, module: torch.nn.Module, inputs: tuple[Any, ...]) -> l
 def without_metadata(data: bytes) -> bytes:
     """Our file written again without exirc's metadata: no `exirc.*` named
     data (their segments go too when they are the last ones, as exirc's
-    writer places them) and no stack traces."""
+    writer numbers them) and no stack traces (the writer would put them in
+    a new `exirc.metadata` segment)."""
     from exirc.serialize import deserialize, serialize
 
     program = deserialize(data)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 
+from exirc.serialize import metadata
 from exirc.serialize import program as P
 from exirc.serialize.program import CONSTANT_ALIGNMENT
 
@@ -94,4 +95,14 @@ def control_flow_program() -> P.Program:
         container_meta_type=P.ContainerMetadata("in-spec", "out-spec"))
     program.execution_plan.append(plan)
     program.backend_delegate_data.append(P.BackendDelegateInlineData(b"opaque payload"))
+    return program
+
+
+def without_metadata_segment(program: P.Program) -> P.Program:
+    """`program` read from a file, without the `exirc.metadata` segment the
+    writer adds last (stack traces, names): the program that was written."""
+    if program.named_data and program.named_data[-1].key == metadata.NAMED_DATA_KEY \
+            and program.named_data[-1].segment_index == len(program.segments) - 1:
+        program.named_data.pop()
+        program.segments.pop()
     return program

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from exirc.serialize import constant_names
+from exirc.serialize import constant_names, metadata
 from exirc.serialize import program as P
 
 
@@ -39,7 +39,7 @@ DEFAULT_NAME_SOURCES: tuple[NameSource, ...] = (fully_qualified_name,)
 
 def stored_names(program: P.Program) -> NameSource:
     """Names from the compiler's `exirc.serialize.constant_names` segment, if the file has one."""
-    data = program.named_segment(constant_names.NAMED_DATA_KEY)
+    data = metadata.stored(program, constant_names.NAMED_DATA_KEY)
     names = constant_names.decode(data) if data is not None else {}
 
     def name(use: ConstantUse) -> str | None:

@@ -69,6 +69,9 @@ class FlatBufferWriter:
         # Instructions from one source line carry the same frames: store each
         # distinct frame list once and point at it (a FlatBuffer may share).
         self._frame_lists: dict[tuple[tuple[Any, ...], ...], int] = {}
+        # Scalar vectors by (element writer, items): the same sizes, dim order
+        # or arguments are stored once and shared by every table using them.
+        self._scalar_vectors: dict[tuple[Any, tuple[Any, ...]], int] = {}
 
     # -- helpers ---------------------------------------------------------
 
@@ -87,13 +90,25 @@ class FlatBufferWriter:
 
     def _vector(self, start: Callable[[Any, int], Any], prepend: Callable[[Any], None],
                 items: Sequence[Any]) -> int:
+        """A vector of scalars, stored once however many tables use it: a
+        FlatBuffer may share any sub-object, and readers only follow offsets."""
+        key = (getattr(prepend, "__func__", prepend), tuple(items))
+        shared = self._scalar_vectors.get(key)
+        if shared is None:
+            shared = self._scalar_vectors[key] = self._new_vector(start, prepend, items)
+        return shared
+
+    def _new_vector(self, start: Callable[[Any, int], Any], prepend: Callable[[Any], None],
+                    items: Sequence[Any]) -> int:
         start(self.b, len(items))
         for item in reversed(items):
             prepend(item)
         return int(self.b.EndVector())
 
     def _offsets(self, start: Callable[[Any, int], Any], offsets: Sequence[int]) -> int:
-        return self._vector(start, self.b.PrependUOffsetTRelative, offsets)
+        # Never shared: an offset is relative to where it is stored, so equal
+        # offset lists are not equal bytes (and rarely recur anyway).
+        return self._new_vector(start, self.b.PrependUOffsetTRelative, offsets)
 
     def _bytes(self, data: bytes | memoryview, alignment: int = 1) -> int:
         # Like Builder.CreateByteVector, with an alignment: the generated

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exirc.serialize import json_segment
+from exirc.serialize import json_segment, metadata
 from exirc.serialize import program as P
 
 NAMED_DATA_KEY = "exirc.io_names"  # a key in files: never renamed
@@ -57,7 +57,7 @@ def usable(names: Sequence[str]) -> bool:
 def stored_io_names(program: P.Program) -> dict[str, MethodNames]:
     """Method name -> the names a program stores (none in other files); a
     malformed segment is a FormatError."""
-    data = program.named_segment(NAMED_DATA_KEY)
+    data = metadata.stored(program, NAMED_DATA_KEY)
     return decode(data) if data is not None else {}
 
 

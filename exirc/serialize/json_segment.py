@@ -24,13 +24,22 @@ from exirc.errors import FormatError
 T = TypeVar("T")
 
 
-def dump(content: dict[str, Any], version: int) -> bytes:
+def dump(content: dict[str, Any], version: int, *, dictionary: bytes = b"") -> bytes:
+    """The segment of `content`. A preset `dictionary` (zlib's: text the
+    stream may refer back to as if it came first) lets a small segment cost
+    little more than what is particular to it; such a stream is raw deflate,
+    without zlib's header and checksum (10 bytes of a segment of 60): its
+    key says how it is stored, and a damaged one is still refused (broken
+    stream, bytes after its end, or not the JSON expected)."""
     document = {"format_version": version, **content}
-    return zlib.compress(json.dumps(document, separators=(",", ":"), sort_keys=True).encode(), 9)
+    deflate = zlib.compressobj(9, wbits=-15, zdict=dictionary) if dictionary \
+        else zlib.compressobj(9)
+    text = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+    return deflate.compress(text) + deflate.flush()
 
 
 def parse(data: bytes | memoryview, *, key: str, what: str, version: int, max_bytes: int,
-          read: Callable[[dict[str, Any]], T]) -> T:
+          read: Callable[[dict[str, Any]], T], dictionary: bytes = b"") -> T:
     """`read(document)` of the segment's JSON object. What `read` raises as
     ValueError, KeyError, TypeError or AttributeError (the shape of the JSON
     being wrong) becomes a FormatError too."""
@@ -38,7 +47,7 @@ def parse(data: bytes | memoryview, *, key: str, what: str, version: int, max_by
     if len(data) > max_bytes:
         raise FormatError(f"{what} take {len(data)} bytes, more than {max_bytes}", field=where)
     try:
-        document = json.loads(_json_text(data, max_bytes))
+        document = json.loads(json_text(data, max_bytes, dictionary))
         if not isinstance(document, dict) or document.get("format_version") != version:
             found = document.get("format_version") if isinstance(document, dict) else None
             raise ValueError(f"format_version {found!r}, expected {version}")
@@ -49,13 +58,15 @@ def parse(data: bytes | memoryview, *, key: str, what: str, version: int, max_by
         raise FormatError(f"unreadable {what}: {error}", field=where) from None
 
 
-def _json_text(data: bytes | memoryview, max_bytes: int) -> bytes:
+def json_text(data: bytes | memoryview, max_bytes: int, dictionary: bytes = b"") -> bytes:
     """The segment's JSON: as stored by older files, or decompressed, at most
-    `max_bytes` of it (ValueError past that, zlib.error for a broken stream)."""
+    `max_bytes` of it (ValueError past that, zlib.error for a broken stream).
+    With a `dictionary` the stream is raw deflate (`dump`), never plain JSON."""
     raw = bytes(data)
-    if raw[:1] == b"{":
+    if raw[:1] == b"{" and not dictionary:
         return raw
-    inflate = zlib.decompressobj()
+    inflate = zlib.decompressobj(wbits=-15, zdict=dictionary) if dictionary \
+        else zlib.decompressobj()
     text = inflate.decompress(raw, max_bytes + 1)
     if len(text) > max_bytes:
         raise ValueError(f"more than {max_bytes} bytes once decompressed")

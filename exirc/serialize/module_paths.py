@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exirc.serialize import json_segment
+from exirc.serialize import json_segment, metadata
 from exirc.serialize import program as P
 
 NAMED_DATA_KEY = "exirc.module_paths"  # a key in files: never renamed
@@ -58,7 +58,7 @@ class ModulePaths:
 def stored_module_paths(program: P.Program) -> ModulePaths:
     """The paths a program stores (none in other files); a malformed segment
     is a FormatError."""
-    data = program.named_segment(NAMED_DATA_KEY)
+    data = metadata.stored(program, NAMED_DATA_KEY)
     return decode(data) if data is not None else ModulePaths({})
 
 

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from exirc.errors import FormatError
+from exirc.serialize import metadata
 from exirc.serialize import program as P
 from exirc.serialize.checked_buffer import CheckedBuffer
 from exirc.serialize.decode import decode_program, segment_ranges
@@ -103,6 +104,7 @@ def _read(data: memoryview) -> ProgramFile:
     base = header.segment_base_offset if header else 0
     for index in packed_segments([(start - base, length) for start, length in spans], inside):
         program.segments[index].packed = True
+    metadata.restore_stack_traces(program)
     validate_program(program)
     return ProgramFile(program, size, header, spans)
 
@@ -131,15 +133,17 @@ def _segment_spans(buf: CheckedBuffer, header: ExtendedHeader | None,
 def packed_segments(spans: list[tuple[int, int]], inside: dict[int, tuple[int, int]]
                     ) -> list[int]:
     """The segments the writer stored packed (`DataSegment.packed`), so that
-    writing the program again gives the same bytes: it stores them after
-    the aligned ones, the first at an unaligned offset, so every segment
-    from the first unaligned one on is packed."""
+    writing the program again gives the same bytes: it starts each one
+    unaligned (in padding between aligned segments, or after them all), or
+    where another packed one ends."""
     stored = sorted((offset, index) for index, (offset, length) in enumerate(spans)
                     if length and index not in inside)
-    for position, (offset, _) in enumerate(stored):
-        if offset % SEGMENT_ALIGNMENT:
-            return [i for _, i in stored[position:]]
-    return []
+    found, packed_ends = [], set()
+    for offset, index in stored:
+        if offset % SEGMENT_ALIGNMENT or offset in packed_ends:
+            found.append(index)
+            packed_ends.add(offset + spans[index][1])
+    return found
 
 
 def segments_inside(spans: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exirc.errors import InputError
-from exirc.serialize import json_segment
+from exirc.serialize import json_segment, metadata
 from exirc.serialize import program as P
 
 NAMED_DATA_KEY = "exirc.symbolic_shapes"  # a key in files: never renamed
@@ -79,7 +79,7 @@ def encode(methods: Mapping[str, MethodShapes]) -> bytes:
 def stored_symbolic_shapes(program: P.Program) -> dict[str, MethodShapes]:
     """Method name -> the symbolic shapes a program stores (none in other
     files); a malformed segment is a FormatError."""
-    data = program.named_segment(NAMED_DATA_KEY)
+    data = metadata.stored(program, NAMED_DATA_KEY)
     return decode(data) if data is not None else {}
 
 

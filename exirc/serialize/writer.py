@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exirc.errors import InternalError
+from exirc.serialize import metadata
 from exirc.serialize import program as P
 from exirc.serialize.flatbuffer import FORCE_ALIGN, FlatBufferWriter
 from exirc.serialize.header import (
@@ -26,8 +27,16 @@ from exirc.serialize.header import (
 _MAX_FLATBUFFER_ALIGNMENT = FORCE_ALIGN
 
 
-def serialize(program: P.Program, *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
-    """Return the `.pte` bytes of `program`."""
+def serialize(program: P.Program, *, segment_alignment: int = SEGMENT_ALIGNMENT,
+              metadata_segment: bool = True) -> bytes:
+    """Return the `.pte` bytes of `program`.
+
+    exirc's metadata goes in one segment (`exirc.serialize.metadata`);
+    `metadata_segment=False` writes it as exirc did before, a segment per
+    kind and stack traces in the chains (for tests of such files).
+    """
+    if metadata_segment:
+        program = metadata.merged(program)
     inside = _segments_inside(program.segments)
     segment_offsets = _segment_offsets(program.segments, inside, segment_alignment)
     flatbuffer = FlatBufferWriter(segment_offsets).program(program)
@@ -48,21 +57,37 @@ def _segments_inside(segments: Sequence[P.DataSegment]) -> dict[int, tuple[int, 
 def _segment_offsets(segments: Sequence[P.DataSegment], inside: dict[int, tuple[int, int]],
                      alignment: int) -> list[int]:
     """Offsets of each segment from the segment base: one after the other,
-    each aligned, then the packed ones back to back, the first of them at an
-    unaligned offset (one byte on if need be) so that the reader can tell
-    them (`reader.packed_segments`); a segment stored inside another at its
-    place there."""
+    each aligned; then each packed one in the first padding between aligned
+    ones it fits (ending before the next begins), or else after them all,
+    back to back; a segment stored inside another at its place there.
+
+    Every packed segment starts unaligned (the first after them all one byte
+    on if need be), or where a packed one ends: that is how the reader tells
+    them (`reader.packed_segments`)."""
     offsets = [-1] * len(segments)  # inside ones are set below, from their holder's
     end = 0
+    holes: list[list[int]] = []  # [start, end) of the padding between aligned segments
     for i, segment in enumerate(segments):
         if i not in inside and not segment.packed:
             offsets[i] = align_up(end, alignment)
-            end = offsets[i] + len(segment.data)
+            if segment.data:
+                if offsets[i] > end > 0:
+                    holes.append([end, offsets[i]])
+                end = offsets[i] + len(segment.data)
     packed = [i for i, segment in enumerate(segments)
               if i not in inside and segment.packed and len(segment.data)]
-    if packed and end % alignment == 0:
-        end += 1
+    after = []
     for i in packed:
+        size = len(segments[i].data)
+        hole = next((h for h in holes if h[0] + size < h[1]), None)
+        if hole is None:
+            after.append(i)
+        else:
+            offsets[i] = hole[0]
+            hole[0] += size
+    if after and end % alignment == 0:
+        end += 1
+    for i in after:
         offsets[i] = end
         end += len(segments[i].data)
     for i, segment in enumerate(segments):

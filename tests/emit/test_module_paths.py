@@ -17,7 +17,7 @@ from exirc.emit.frames import program_frames
 from exirc.errors import FormatError
 from exirc.ir.source import normal_module_path
 from exirc.runtime.errors import ExecutionError
-from exirc.serialize import module_paths, read_program_file
+from exirc.serialize import deserialize, json_segment, metadata, module_paths, read_program_file
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from tests.cli.test_conventions import python_exirc
@@ -117,10 +117,15 @@ def test_a_run_time_error_names_the_module(compiled: bytes, tmp_path: Path) -> N
 
 
 def _with_segment(data: bytes, segment: bytes) -> bytes:
+    """The file with `segment` for its module paths (the writer puts it in
+    the file's metadata segment, in place of the paths stored there)."""
     program = read_program_file(data).program
-    (entry,) = [n for n in program.named_data if n.key == module_paths.NAMED_DATA_KEY]
-    program.segments[entry.segment_index] = P.DataSegment(segment)
-    return serialize(program)
+    program.add_named_segment(module_paths.NAMED_DATA_KEY, segment)
+    written = serialize(program)
+    stored = metadata.stored(deserialize(written), module_paths.NAMED_DATA_KEY)
+    assert stored is not None
+    assert json.loads(stored) == json.loads(json_segment.json_text(segment, 1 << 20))
+    return written
 
 
 @pytest.mark.parametrize("document", [

@@ -140,7 +140,7 @@ def test_constants_are_one_figure_in_the_summary_the_segment_and_the_size_line(
         " (constants)")
     assert "constants: 3 tensors, 108 B" in lines
     (size,) = [line for line in lines if line.startswith("size: ")]
-    assert " | constants 108 B (1%) | other segments 16.3 KiB (85%)" in size
+    assert " | constants 108 B (1%) | other segments 16.1 KiB (87%)" in size
     assert "  state: 1 tensor, 16.0 KiB, kept from run to run" in lines
     code, out, _ = run(capsys, "inspect", str(path), "--json")
     info = json.loads(out)

@@ -34,6 +34,7 @@ from exirc.errors import FormatError
 from exirc.serialize import deserialize
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
+from tests.programs import without_metadata_segment
 from tests.serialize import hostile as H
 
 ST = P.ScalarType
@@ -165,7 +166,9 @@ BASE_KEYS = [f"{name}/{writer}" for name in BASE_NAMES for writer in ("exirc", "
 
 
 def _normalized(program: P.Program) -> P.Program:
-    """Segment data as bytes (a reader may return memoryviews)."""
+    """Segment data as bytes (a reader may return memoryviews), without the
+    metadata segment the writer adds."""
+    program = without_metadata_segment(program)
     return dataclasses.replace(
         program, segments=[P.DataSegment(bytes(s.data)) for s in program.segments])
 

@@ -1,10 +1,13 @@
-"""Instructions from one source line share one stored frame list."""
+"""Instructions from one source line share one stored frame list (in the
+`exirc.metadata` segment; files from before hold it in the chains)."""
 
 from __future__ import annotations
 
 import copy
 
-from exirc.serialize import deserialize
+import pytest
+
+from exirc.serialize import deserialize, metadata
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from tests.programs import add_constant_program
@@ -19,10 +22,18 @@ def _repeated(times: int) -> P.Program:
     return program
 
 
-def test_a_repeated_frame_is_stored_once_and_read_back_for_every_instruction() -> None:
-    data = serialize(_repeated(40))
-    assert data.count(b"return x + self.w") == 1
-    assert data.count(b"model.py") == 1
+@pytest.mark.parametrize("merged", [True, False], ids=["metadata segment", "older layout"])
+def test_a_repeated_frame_is_stored_once_and_read_back_for_every_instruction(
+        merged: bool) -> None:
+    data = serialize(_repeated(40), metadata_segment=merged)
+    if merged:
+        stored = metadata.decompress(
+            deserialize(data).named_segment(metadata.NAMED_DATA_KEY) or b"")
+        assert b"return x + self.w" not in data
+    else:
+        stored = data
+    assert stored.count(b"return x + self.w") == 1
+    assert stored.count(b"model.py") == 1
     chain = deserialize(data).execution_plan[0].chains[0]
     assert len(chain.stacktrace) == 40
     assert all(frames.items == [P.Frame("model.py", 12, "forward", "return x + self.w")]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from exirc.errors import FormatError
-from exirc.serialize import deserialize
+from exirc.serialize import deserialize, metadata
 from exirc.serialize import program as P
 from exirc.serialize.symbolic_shapes import (
     NAMED_DATA_KEY,
@@ -29,7 +29,7 @@ def test_round_trip_through_a_program_file() -> None:
     program = add_program()
     program.add_named_segment(NAMED_DATA_KEY, encode(shapes))
     data = serialize(program)
-    read = deserialize(data).named_segment(NAMED_DATA_KEY)
+    read = metadata.stored(deserialize(data), NAMED_DATA_KEY)
     assert read is not None and decode(read) == shapes
     assert data == serialize(deserialize(data))  # stable bytes
 

@@ -13,6 +13,7 @@ import random
 import zlib
 from typing import Any
 
+from exirc.serialize import metadata
 from exirc.serialize import program as P
 from tools.mutants import picks
 from tools.mutants.context import Context, model_kind
@@ -110,8 +111,9 @@ _EXPRESSIONS = ["s0*s0*s0*s0*s0*s0", "2**64", "s0//0", "-s0", "s_unknown", "(", 
 
 @model_kind("metadata_json")
 def metadata_json(ctx: Context) -> str | None:
-    """A value inside exirc's JSON metadata (symbolic shapes and their bounds,
-    constant names, bundled test cases) becomes another: an edge number, an
+    """A value inside exirc's JSON metadata (the `exirc.metadata` segment's
+    symbolic shapes and their bounds, names, module paths; bundled test
+    cases) becomes another: an edge number, an
     expression, a shorter list, a missing key. The JSON stays well-formed
     and, padded with spaces, as long as it was, so what follows it holds."""
     entries = [e for e in ctx.program.named_data if e.key.startswith("exirc.")
@@ -141,14 +143,27 @@ def metadata_json(ctx: Context) -> str | None:
 def _bend_compressed(ctx: Context, key: str, segment: Any, data: bytes) -> str | None:
     """The same for a zlib-compressed segment (exirc.serialize.json_segment):
     bent, then compressed again; the segment is its own, so its length may change."""
+    merged = key == metadata.NAMED_DATA_KEY  # raw deflate, with a preset dictionary
     try:
-        document = json.loads(zlib.decompress(data))
+        document = json.loads(metadata.decompress(data) if merged else zlib.decompress(data))
     except (zlib.error, ValueError):
         return None
+    # exirc.metadata's stack traces are written from the chains (the reader
+    # put them there), so bending them here would change nothing: one of the
+    # other members is bent.
+    traces = document.pop("stack_traces", None) if isinstance(document, dict) else None
     what = _bend_json(document, ctx.rng)
+    if traces is not None:
+        document["stack_traces"] = traces
     if what is None:
         return None
-    segment.data = zlib.compress(json.dumps(document, separators=(",", ":")).encode())
+    text = json.dumps(document, separators=(",", ":")).encode()
+    if merged:
+        if not isinstance(document, dict):
+            return None
+        segment.data = metadata.compress(document)
+    else:
+        segment.data = zlib.compress(text)
     return f"named_data {key!r}: {what}"
 
 
