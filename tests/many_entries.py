@@ -93,11 +93,14 @@ def many_arena_tensors(count: int) -> P.Program:
         non_const_buffer_sizes=[0] + [32] * count))
 
 
+# Big enough that a cost per entry above linear shows (a quadratic one by
+# orders of magnitude), small enough that make test probes each in seconds;
+# test_load_memory reads half a million values once more, the reader alone.
 GENERATORS = {
-    "ints": lambda: many_ints(500_000),
-    "buffers": lambda: many_buffers(200_000),
+    "ints": lambda: many_ints(250_000),
+    "buffers": lambda: many_buffers(100_000),
     "tensors": lambda: many_tensors(100_000),
-    "instructions": lambda: many_instructions(200_000),
+    "instructions": lambda: many_instructions(100_000),
     "arenas": lambda: many_arena_tensors(50_000),
 }
 
