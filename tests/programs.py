@@ -38,6 +38,22 @@ def add_constant_program() -> P.Program:
                      constant_segment=P.SubsegmentOffsets(0, offsets))
 
 
+
+def assert_add_constant_runs_on_both_runtimes(data: bytes) -> None:
+    """`data`, a file of `add_constant_program`'s forward however laid out,
+    computes x + W on ExecuTorch's runtime and on exirc's."""
+    import torch
+
+    from exirc.runtime import load
+    from tests.oracle import run_with_executorch
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    expected = x + torch.tensor([[0.5, -1.0, 2.0], [3.5, 0.0, -0.25]])
+    (theirs,) = run_with_executorch(data, (x,))
+    (ours,) = load(data).run("forward", [x])
+    torch.testing.assert_close(theirs, expected)
+    torch.testing.assert_close(torch.as_tensor(ours), expected)
+
 def index_out_of_range_program() -> P.Program:
     """forward(x: f32[4, 3]) = x[I] with a constant index I = [0, 9]: every
     argument fits the operator (load-time checks pass), but row 9 does not

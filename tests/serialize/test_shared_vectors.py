@@ -7,14 +7,11 @@ from __future__ import annotations
 import copy
 import struct
 
-import torch
-
-from exirc.runtime import load
 from exirc.serialize import deserialize, read_program_file
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
-from tests.oracle import requires_executorch, run_with_executorch
-from tests.programs import add_constant_program
+from tests.oracle import requires_executorch
+from tests.programs import add_constant_program, assert_add_constant_runs_on_both_runtimes
 
 _SIZES = [3, 5, 7, 11]  # bytes that occur nowhere else in the file
 
@@ -67,9 +64,4 @@ def test_a_program_sharing_vectors_runs_on_executorch_and_exirc() -> None:
     program = add_constant_program()  # input, output and the constant share [2, 3] and [0, 1]
     data = serialize(program)
     assert data.count(struct.pack("<3i", 2, 2, 3)) == 1  # length 2: 2, 3
-    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
-    expected = x + torch.tensor([[0.5, -1.0, 2.0], [3.5, 0.0, -0.25]])
-    (theirs,) = run_with_executorch(data, (x,))
-    (ours,) = load(data).run("forward", [x])
-    torch.testing.assert_close(theirs, expected)
-    torch.testing.assert_close(torch.as_tensor(ours), expected)
+    assert_add_constant_runs_on_both_runtimes(data)
