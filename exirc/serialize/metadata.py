@@ -155,13 +155,27 @@ def _member(key: str) -> str:
     return key.removeprefix("exirc.")
 
 
+# The last segment parsed, by its data's identity, length and checksum: one
+# load reads the segment four times (stack traces, module paths, io names,
+# symbolic shapes), and inflating and parsing it is the cost, not the
+# checksum. Not the data itself: it may be a view of a mapped file, which
+# the cache must not keep open. Readers only read the document.
+_last_parsed: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+
+
 def _document(program: P.Program) -> dict[str, Any] | None:
+    global _last_parsed
     data = program.named_segment(NAMED_DATA_KEY)
     if data is None:
         return None
-    return json_segment.parse(data, key=NAMED_DATA_KEY, what="exirc's metadata",
-                              version=FORMAT_VERSION, max_bytes=_MAX_BYTES, read=_members,
-                              dictionary=DICTIONARY)
+    key = (id(data), len(data), zlib.crc32(data))
+    if _last_parsed is not None and _last_parsed[0] == key:
+        return _last_parsed[1]
+    document = json_segment.parse(data, key=NAMED_DATA_KEY, what="exirc's metadata",
+                                  version=FORMAT_VERSION, max_bytes=_MAX_BYTES, read=_members,
+                                  dictionary=DICTIONARY)
+    _last_parsed = (key, document)
+    return document
 
 
 def _members(document: dict[str, Any]) -> dict[str, Any]:
