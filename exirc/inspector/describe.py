@@ -255,8 +255,14 @@ def _instructions(plan: P.ExecutionPlan, context: ListingContext,
                 "source": source_of(frames),
                 # The submodule it came from (`encoder.layers.1.linear`); None if unknown.
                 "module": (modules[c][i] or None) if modules is not None else None,
-                **{f.name: getattr(instr, f.name) for f in dataclasses.fields(instr)},
+                **{f.name: _plain(getattr(instr, f.name)) for f in dataclasses.fields(instr)},
             }
+
+
+def _plain(field: Any) -> Any:
+    """A field as JSON has it: a call's arguments as the reader keeps them
+    (`P.Args`) are a list."""
+    return field.tolist() if isinstance(field, P.Args) else field
 
 
 def _state_values(plan: P.ExecutionPlan) -> Iterator[tuple[int, P.Tensor, str | None]]:

@@ -176,8 +176,8 @@ def kernel_tensors(program: P.Program, plan: P.ExecutionPlan) -> list[QuantizedT
                 if op.name.startswith(NAMESPACE) else None
             if kernel is None:
                 continue
-            args = _Args(program, plan, instr.args[:-1], instr.args[-1] if instr.args else None,
-                         known)
+            args = _Args(program, plan, list(instr.args[:-1]),
+                         instr.args[-1] if instr.args else None, known)
             for operand in kernel.operands:
                 tensor = args.describe(kernel, operand)
                 key = json.dumps(tensor.to_json(), sort_keys=True)  # uses are still empty

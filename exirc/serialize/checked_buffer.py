@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from exirc.errors import FormatError
+from exirc.serialize.program.instructions import Args
 
 T = TypeVar("T")
 
@@ -56,6 +57,7 @@ class CheckedBuffer:
         self._seen = bytearray((self.size >> 5) + 1)
         self._shared: dict[tuple[int, object], Any] = {}
         self._pool: dict[tuple[int, ...], list[int]] = {}
+        self._args_pool: dict[bytes, Args] = {}
 
     def once(self, view: TableView, decode: Callable[[TableView], T]) -> T:
         """`decode(view)`, made at most twice per table however often it is used.
@@ -95,6 +97,19 @@ class CheckedBuffer:
         if len(self._pool) < _POOL_ENTRIES:
             self._pool[key] = values
         return values
+
+    def pooled_args(self, start: int, count: int) -> Args:
+        """The `count` int32s at `start` (checked) as `Args`, shared with equal
+        ones made before, as `pooled` shares lists (and with the same caveat)."""
+        if count > _POOL_ITEMS:
+            return Args.unpack(self.data, start, count)
+        key = bytes(self.data[start:start + 4 * count])
+        found = self._args_pool.get(key)
+        if found is None:
+            found = Args.unpack(key, 0, count)
+            if len(self._args_pool) < _POOL_ENTRIES:
+                self._args_pool[key] = found
+        return found
 
     def charge(self, units: int, path: str | Path) -> None:
         self.budget -= units
@@ -250,6 +265,13 @@ class TableView:
             return []
         start, count = found
         return list(struct.unpack_from(f"<{count}{fmt}", self.buf.data, start))
+
+    def int32s(self, slot: int, name: str) -> Args:
+        """A vector of int32 (value indices), as `Args`, pooled (`pooled_args`)."""
+        found = self._vector(slot, 4, name)
+        if found is None:
+            return Args()
+        return self.buf.pooled_args(*found)
 
     def floats(self, slot: int, name: str) -> list[float]:
         found = self._vector(slot, 8, name)

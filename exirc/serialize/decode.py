@@ -14,8 +14,10 @@ twice and then shared (`CheckedBuffer.once`): memory follows the file's
 bytes, not its references. Code that walks values must therefore treat a
 shared long list once, not once per value (validation and the runtime's
 value table do). Short scalar vectors that recur (tensor sizes and dim
-orders, call arguments) are likewise one list for all (`CheckedBuffer.pooled`):
-code that edits a decoded program in place must copy such a list first.
+orders, call arguments) are likewise one object for all (`CheckedBuffer.pooled`):
+code that edits a decoded program in place must copy such a list first. A
+call's arguments are `P.Args`, int32s in one block, not a list of ints: a
+file of many calls would otherwise cost several times its size.
 """
 
 from __future__ import annotations
@@ -151,8 +153,7 @@ def frame(t: TableView) -> P.Frame:
 def instruction(t: TableView) -> P.Instruction:
     kind, body = t.union(0, 1, "instr_args", P.INSTRUCTION_TYPES)
     if kind is P.KernelCall:
-        return P.KernelCall(body.scalar(0, I32, 0, "op_index"),
-                            t.buf.pooled(body.scalars(1, "i", "args")))
+        return P.KernelCall(body.scalar(0, I32, 0, "op_index"), body.int32s(1, "args"))
     if kind is P.DelegateCall:
         return P.DelegateCall(body.scalar(0, I32, 0, "delegate_index"),
                               body.scalars(1, "i", "args"))

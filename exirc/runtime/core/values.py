@@ -134,15 +134,20 @@ def written_values(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) -> froz
     Inputs, the result slots of kernels, and the targets of moves. (Tensors
     change only in place, so the objects bound at load stay right.)
     """
-    written = set(plan.inputs)
+    values = plan.values
+    tensors = (P.Tensor, P.TensorList, P.OptionalTensorList)
+    # Tensors are left out as they are met: most results are tensors, and a set
+    # of them all would cost a method of many calls more than its file.
+    written = {i for i in plan.inputs if not isinstance(values[i], tensors)}
     for chain in plan.chains:
         for instr in chain.instructions:
             if isinstance(instr, P.KernelCall):
-                written.update(instr.args[len(kernels[instr.op_index].schema.arguments):])
-            elif isinstance(instr, P.MoveCall):
+                for i in instr.args[len(kernels[instr.op_index].schema.arguments):]:
+                    if not isinstance(values[i], tensors):
+                        written.add(i)
+            elif isinstance(instr, P.MoveCall) and not isinstance(values[instr.move_to], tensors):
                 written.add(instr.move_to)
-    tensors = (P.Tensor, P.TensorList, P.OptionalTensorList)
-    return frozenset(i for i in written if not isinstance(plan.values[i], tensors))
+    return frozenset(written)
 
 
 def copied_out(value: Any) -> Any:

@@ -82,14 +82,24 @@ def prefix_sums(costs: Sequence[int]) -> Sequence[int]:
 
     Kept by every loaded method for every instruction, so as 8-byte integers
     (a list would hold a 28-byte int object per sum past 256), unless a sum
-    outgrows them (estimates of absurd sizes in a hostile file): then a list."""
+    outgrows them (estimates of absurd sizes in a hostile file): then a list.
+    Made as integers from the start: a list first would peak at the int objects."""
+    sums = array.array("q", [0])
+    total = 0
+    for cost in costs:
+        total += cost
+        try:
+            sums.append(total)
+        except OverflowError:
+            return _listed_sums(costs)
+    return sums
+
+
+def _listed_sums(costs: Sequence[int]) -> list[int]:
     sums = [0]
     for cost in costs:
         sums.append(sums[-1] + cost)
-    try:
-        return array.array("q", sums)
-    except OverflowError:
-        return sums
+    return sums
 
 
 def instruction_cost(plan: P.ExecutionPlan, instr: P.Instruction, kernels: Mapping[int, Kernel],

@@ -23,6 +23,7 @@ kept in files by concept:
 
 from exirc.serialize.program.instructions import (
     INSTRUCTION_TYPES,
+    Args,
     Chain,
     DelegateCall,
     Frame,
@@ -87,7 +88,7 @@ __all__ = [
     "Null", "OptionalTensorList", "String", "Tensor", "TensorDataLocation", "TensorList",
     "TensorShapeDynamism",
     # instructions
-    "INSTRUCTION_TYPES", "Chain", "DelegateCall", "Frame", "FrameList", "FreeCall",
+    "INSTRUCTION_TYPES", "Args", "Chain", "DelegateCall", "Frame", "FrameList", "FreeCall",
     "Instruction", "JumpFalseCall", "KernelCall", "MoveCall",
     # plans
     "BackendDelegate", "BackendDelegateDataReference", "CompileSpec", "ContainerMetadata",

@@ -99,9 +99,11 @@ def test_a_tensor_of_too_many_dims_is_a_format_error() -> None:
 # --------------------------------------------------------------------------
 
 # load() keeps no torch tensor per value and no step per instruction (they are
-# made at the first run; runtime/core/method.py), and the reader shares equal
-# short lists (serialize/checked_buffer.py), so even files made of little but
-# tensors or instructions load within the aim.
+# made at the first run; runtime/core/method.py), the reader shares equal
+# short lists (serialize/checked_buffer.py) and keeps a call's arguments as
+# int32s (`P.Args`), and the load-time checks list nothing per instruction,
+# so even files made of little but tensors, instructions or arenas load
+# within the aim (the arena-heavy one, the closest, at ~0.93 of it).
 
 
 @pytest.fixture(scope="module")
@@ -109,18 +111,8 @@ def many_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path
     return many_entries.make_files(tmp_path_factory.mktemp("many"))
 
 
-# Shared vectors (issue 35, item 4) made the arena-heavy file 22% smaller, not
-# its load: 50,000 calls' argument lists and 100,000 tensors as Python objects
-# now peak ~2 MiB (5%) past 4x the file + 16 MiB. Compact instruction
-# arguments would bring it back under; until then it is a known miss.
-_LOAD_PAST_BUDGET = {"arenas": "arguments and tensors as objects: ~5% past 4x the "
-                               "file since shared vectors shrank it"}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=_LOAD_PAST_BUDGET[name], strict=True))
-    if name in _LOAD_PAST_BUDGET else name for name in many_entries.GENERATORS])
+@pytest.mark.parametrize("name", list(many_entries.GENERATORS))
 def test_load_memory_follows_the_file(many_files: dict[str, tuple[Path, int]],
                                       name: str) -> None:
     path, size = many_files[name]

@@ -121,18 +121,24 @@ def _why_not_kernels_only(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) 
     """Why a chain of kernels alone is not one model ("" if it can be): each kernel
     must translate bit for bit (no delegate's rounding is there to hide a sum in
     another order), and there must be enough of them to repay an engine's call."""
-    calls = [(position, kernels[instr.op_index].name)
-             for position, instr in enumerate(plan.chains[0].instructions)
-             if isinstance(instr, P.KernelCall)]
-    if len(calls) < KERNELS_WORTH_A_SESSION:
-        return (f"no delegate, and {len(calls)} kernel call{'' if len(calls) == 1 else 's'}: "
-                f"fewer than {KERNELS_WORTH_A_SESSION} cost less than a session call")
-    for position, name in calls:
+    # Counted, not listed: a chain of a hundred thousand calls is refused for
+    # its first, and a list of them all would cost more than the file.
+    calls, first_refusal = 0, ""
+    for position, instr in enumerate(plan.chains[0].instructions):
+        if not isinstance(instr, P.KernelCall):
+            continue
+        calls += 1
+        name = kernels[instr.op_index].name
+        if first_refusal:
+            continue
         if name not in _TRANSLATORS:
-            return f"instruction {position}: {name} has no ONNX form here"
-        if name in _INEXACT:
-            return f"instruction {position}: {name} would round otherwise on onnxruntime"
-    return ""
+            first_refusal = f"instruction {position}: {name} has no ONNX form here"
+        elif name in _INEXACT:
+            first_refusal = f"instruction {position}: {name} would round otherwise on onnxruntime"
+    if calls < KERNELS_WORTH_A_SESSION:
+        return (f"no delegate, and {calls} kernel call{'' if calls == 1 else 's'}: "
+                f"fewer than {KERNELS_WORTH_A_SESSION} cost less than a session call")
+    return first_refusal
 
 
 class _Builder(ChainValues):
@@ -175,7 +181,7 @@ class _Builder(ChainValues):
                     raise NotMapped(f"instruction {position}: a delegate has no ONNX form")
                 self._delegate(position, form, instr.args)
             elif isinstance(instr, P.KernelCall):
-                self._kernel(position, kernels[instr.op_index], instr.args)
+                self._kernel(position, kernels[instr.op_index], list(instr.args))
             else:
                 raise NotMapped(f"instruction {position}: {type(instr).__name__}")
         return self._finish(len(instructions))
