@@ -37,7 +37,7 @@ _BUDGET_FLOOR = 4096
 _TABLE_COST = 4
 
 # Short scalar vectors (a tensor's sizes and dim order, a call's arguments)
-# that recur are one list (`CheckedBuffer.pooled`); up to this many items,
+# that recur are one object (`CheckedBuffer.pooled`, `pooled_args`); up to this many items,
 # and this many distinct vectors per file: most calls have arguments of
 # their own, and a pool entry that is never shared costs more than the list.
 _POOL_ITEMS = 8
