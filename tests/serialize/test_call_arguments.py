@@ -28,7 +28,7 @@ def test_read_arguments_are_int32s_equal_to_the_list_written() -> None:
     (written,) = _calls(program)
     assert isinstance(call.args, P.Args) and isinstance(written.args, list)
     assert call.args == written.args and written.args == call.args
-    assert not call.args != written.args
+    assert [call.args != written.args, written.args != call.args] == [False, False]
     assert call.args != written.args[:-1] and call.args != [*written.args[:-1], 99]
     assert repr(call) == repr(written)  # listings and messages show the list
     assert serialize(read) == data
