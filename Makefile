@@ -44,9 +44,12 @@ $(STAMP): pyproject.toml
 # tests skip visibly. The first pass leaves out the runtime tests the second
 # runs on the same (reference) interpreter (tests/conftest.py), so none runs
 # twice; --durations names the slowest tests, to keep the suite's time honest.
+# --dist loadfile gives each test module to one worker, in collection order, so
+# what a module builds once (module fixtures, caches of compiled models: the
+# mutation campaign, the quantized zoo) is built once, not once per worker.
 test: install
-	EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --durations=15
-	PYTHONPATH=tests/without_extras EXIRC_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 \
+	EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	PYTHONPATH=tests/without_extras EXIRC_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder \
 		tests/runtime -m "not slow"
 
 demo: install
