@@ -7,6 +7,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 from torch.fx import Graph, GraphModule, Node
@@ -18,6 +19,8 @@ from exirc.edge.views_to_copies import ViewsToCopies
 from exirc.ir.control_flow import all_nodes
 from exirc.ir.quantize_ops import define_quantize_ops
 from exirc.pipelines import BUILTIN_PASSES
+from exirc.serialize import program as P
+from tests.oracle import requires_executorch, run_with_executorch
 
 aten = torch.ops.aten
 
@@ -218,6 +221,44 @@ def test_operands_of_control_flow_whose_subgraph_writes_them_are_read_again() ->
     graph.output((graph.call_function(aten.sub.Tensor, (after, before)),))
     assert not _merged(GraphModule(root, graph))
     assert _calls(graph, aten.mul.Tensor) == 2
+
+
+class _Layers(nn.Module):
+    """Each layer makes the positions (`arange(n) + start`) again, as transformers'
+    decoders do; the start is a size, so nothing of it folds at compile time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            positions = torch.arange(x.shape[0]) + start.shape[0]
+            x = layer(x) * positions.unsqueeze(1)
+        return x
+
+
+@requires_executorch
+@pytest.mark.oracle
+@pytest.mark.parametrize("target", ["portable", "xnnpack"])
+def test_a_decoders_positions_are_made_once_and_run_like_eager(target: str) -> None:
+    from exirc.compiler import CompileOptions, compile_module
+    from exirc.runtime import load
+
+    model = _Layers().eval()
+    inputs = (torch.randn(5, 4), torch.zeros(3))
+    shapes = ({0: torch.export.Dim("n", max=16)}, {0: torch.export.Dim("start", max=64)})
+    result = compile_module(model, inputs, dynamic_shapes=shapes,
+                            options=CompileOptions(target=target))
+    plan = result.program.execution_plan[0]
+    called = [plan.operators[i.op_index].name for chain in plan.chains
+              for i in chain.instructions if isinstance(i, P.KernelCall)]
+    assert called.count("aten::arange") == 1, called
+    for x, start in ((torch.randn(7, 4), torch.zeros(2)), inputs):
+        with torch.no_grad():
+            want = model(x, start)
+        torch.testing.assert_close(load(result.data).method("forward").run([x, start])[0], want)
+        torch.testing.assert_close(run_with_executorch(result.data, (x, start))[0], want)
 
 
 def test_the_pass_is_registered_under_its_pipeline_name() -> None:
