@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 # XNNPACK's partitioner and `quant_fusion` match DQ -> op -> Q per operator and
 # refuse a dequantize that feeds two.
 _PER_READER_NAMESPACES = frozenset({"quantized_decomposed", "torchao"})
+# A reshape is cheap (a static one free: `alias_views` makes it share its
+# input's memory), and pattern matchers read one per reader: the ONNX engine
+# finds a bidirectional RNN layer's input projections through each direction's
+# own reshape of the layer below.
+_FREE_VIEWS = frozenset({"view_copy"})
 # A fresh uninitialized tensor is a buffer someone fills, each its own.
 _UNDEFINED_CONTENTS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                                  "new_empty_strided"})
@@ -43,12 +48,13 @@ class CommonSubexpressions(Pass):
 
     Pure: an operator overload that writes none of its arguments, is not
     random, has no side effect, does not make an uninitialized tensor or a
-    data-dependent size, and is no Q/DQ op (those stay one per reader); or a
-    `getitem` of a merged result. A call reading a value that some operator
-    writes in place, or a view of one, stays as it is: the same arguments
-    may hold other values before and after the write; so does a call whose
-    own result is written in place. A call the graph returns (itself or an
-    element of its result) stays, so two outputs never become one value.
+    data-dependent size, and is no Q/DQ op or reshape (those stay one per
+    reader); or a `getitem` of a merged result. A call reading a value that
+    some operator writes in place, or a view of one, stays as it is: the
+    same arguments may hold other values before and after the write; so
+    does a call whose own result is written in place. A call the graph
+    returns (itself or an element of its result) stays, so two outputs never
+    become one value.
     """
 
     name: ClassVar[str] = "common_subexpressions"
@@ -173,7 +179,7 @@ def _pure(node: Node) -> bool:
     target = node.target
     assert isinstance(target, torch._ops.OpOverload)
     if target.namespace in _PER_READER_NAMESPACES or \
-            target.overloadpacket.__name__ in _UNDEFINED_CONTENTS:
+            target.overloadpacket.__name__ in _UNDEFINED_CONTENTS | _FREE_VIEWS:
         return False
     return not any(tag in target.tags for tag in (torch.Tag.nondeterministic_seeded,
                                                   *_FRESH_SIZES))

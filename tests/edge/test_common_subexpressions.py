@@ -126,7 +126,7 @@ def test_random_calls_outputs_and_signed_zeros_stay_apart() -> None:
     assert _calls(module.graph, aten.neg.default) == 2
 
 
-def test_undefined_contents_data_dependent_sizes_and_dequantizes_stay_apart() -> None:
+def test_undefined_contents_data_dependent_sizes_dequantizes_and_reshapes_stay_apart() -> None:
     quantized = define_quantize_ops()
 
     def build(g: Graph, x: Node) -> object:
@@ -135,8 +135,10 @@ def test_undefined_contents_data_dependent_sizes_and_dequantizes_stay_apart() ->
         nonzero = [g.call_function(aten.nonzero.default, (x,)) for _ in range(2)]
         dq = [g.call_function(quantized.dequantize_per_tensor.default,
                               (x, 0.5, 0, -128, 127, torch.int8)) for _ in range(2)]
+        reshapes = [g.call_function(aten.view_copy.default, (x, [3])) for _ in range(2)]
         return [g.call_function(operator.add, tuple(pair)) if pair is item else
-                g.call_function(aten.add.Tensor, tuple(pair)) for pair in (empty, nonzero, dq)]
+                g.call_function(aten.add.Tensor, tuple(pair))
+                for pair in (empty, nonzero, dq, reshapes)]
 
     module = _module_of(build)
     assert not _merged(module)
@@ -144,6 +146,7 @@ def test_undefined_contents_data_dependent_sizes_and_dequantizes_stay_apart() ->
     assert _calls(module.graph, aten._local_scalar_dense.default) == 2
     assert _calls(module.graph, aten.nonzero.default) == 2
     assert _calls(module.graph, quantized.dequantize_per_tensor.default) == 2
+    assert _calls(module.graph, aten.view_copy.default) == 2
 
 
 def test_equal_numbers_of_other_types_stay_apart() -> None:
