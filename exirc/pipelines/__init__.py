@@ -21,6 +21,7 @@ from exirc.backend.keep_lstm import KeepLstm
 from exirc.backend.linear_weights import LinearWeights
 from exirc.backend.quant_fusion import QuantFusion
 from exirc.backend.sym_prims import SymPrims
+from exirc.edge.common_subexpressions import CommonSubexpressions
 from exirc.edge.constant_fold import ConstantFold
 from exirc.edge.dead_code_elimination import DeadCodeElimination
 from exirc.edge.fold_batch_norm import FoldBatchNorm
@@ -43,7 +44,7 @@ from exirc.targets import DEFAULT_TARGET
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
     KeepLstm, KeepAttention, BindKvAttention, ToEdge, RemoveAssertions, ViewsToCopies,
-    MergePermutes, ScalarsToTensors, RemoveNoopCopies,
+    MergePermutes, ScalarsToTensors, RemoveNoopCopies, CommonSubexpressions,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, LinearWeights, Fuse, QuantFusion,
     WriteBackState, UpdateCachesInPlace, AliasViews, ToOutVariants, MemoryPlanPass,

@@ -24,8 +24,8 @@ from tests.plugin_modules import plugin_module
 PORTABLE_PASSES = {
     "aten": [],
     "edge": ["to_edge", "remove_assertions", "views_to_copies", "merge_permutes",
-             "scalars_to_tensors", "remove_noop_copies", "constant_fold", "fold_batch_norm",
-             "dead_code_elimination"],
+             "scalars_to_tensors", "remove_noop_copies", "common_subexpressions",
+             "constant_fold", "fold_batch_norm", "dead_code_elimination"],
     "backend": ["sym_prims", "linear_weights", "quant_fusion", "dead_code_elimination"],
     "plan": ["write_back_state", "alias_views", "to_out_variants", "memory_plan"],
 }
@@ -51,7 +51,7 @@ def test_default_targets_load() -> None:
     assert portable.target == "portable"
     assert list(portable.stages) == list(STAGES)
     assert labels(portable.stages) == PORTABLE_PASSES
-    fold = portable.stages["edge"][6]
+    fold = portable.stages["edge"][7]
     assert isinstance(fold, ConstantFold) and fold.max_bytes == 16777216
 
     fast = load_pipeline("exirc")

@@ -124,7 +124,7 @@ def test_cli_explains_delegation_as_text_and_json(tmp_path: Path) -> None:
         "class M(torch.nn.Module):\n"
         "    def forward(self, x):\n"
         "        y = torch.relu(x * x + x)\n"
-        "        return y.sum(0, keepdim=True) + y.sum(0, keepdim=True) + y\n"
+        "        return y.sum(0, keepdim=True) + y.sum(1, keepdim=True) + y\n"
         "model = M()\n"
         "example_inputs = (torch.randn(3, 4),)\n"
         "methods = {'again': (model, (torch.randn(2, 4),))}\n")
