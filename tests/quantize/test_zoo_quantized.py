@@ -16,8 +16,8 @@ BERT, GPT-2) and each target (portable, xnnpack):
   run on `exirc run` with ExecuTorch's results;
 - the CLI: a user's own pt2e-quantized model file compiles and runs;
   `--quantize int8 --calibration-inputs` prints the weight and accuracy lines;
-  the usage and model errors say what is wrong (and one that does not yet:
-  --quantize int8 on a model pt2e already quantized, an xfail).
+  the usage and model errors say what is wrong (--quantize int8 on a model
+  pt2e already quantized finds nothing to quantize, and says so).
 
 Every (model, target, mode) is compiled once (module-scoped caches); the
 transformer models are marked slow.
