@@ -38,7 +38,6 @@ def add_constant_program() -> P.Program:
                      constant_segment=P.SubsegmentOffsets(0, offsets))
 
 
-
 def assert_add_constant_runs_on_both_runtimes(data: bytes) -> None:
     """`data`, a file of `add_constant_program`'s forward however laid out,
     computes x + W on ExecuTorch's runtime and on exirc's."""
@@ -53,6 +52,7 @@ def assert_add_constant_runs_on_both_runtimes(data: bytes) -> None:
     (ours,) = load(data).run("forward", [x])
     torch.testing.assert_close(theirs, expected)
     torch.testing.assert_close(torch.as_tensor(ours), expected)
+
 
 def index_out_of_range_program() -> P.Program:
     """forward(x: f32[4, 3]) = x[I] with a constant index I = [0, 9]: every

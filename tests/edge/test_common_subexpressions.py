@@ -58,6 +58,16 @@ def test_positions_made_twice_are_made_once_and_compute_the_same() -> None:
     torch.testing.assert_close(module(x), expected)
 
 
+def _assert_read_twice(build: Callable[[Graph, Node], object], op: object,
+                       expected: torch.Tensor) -> None:
+    """`build`'s two calls of `op` around an in-place write both stay, and the
+    graph on zeros gives `expected`."""
+    module = _module_of(build)
+    assert not _merged(module)
+    assert _calls(module.graph, op) == 2
+    torch.testing.assert_close(module(torch.zeros(3))[0], expected)
+
+
 def test_a_value_written_in_place_is_read_again_after_the_write() -> None:
     def build(g: Graph, x: Node) -> object:
         before = g.call_function(aten.mul.Tensor, (x, 2))
@@ -65,10 +75,7 @@ def test_a_value_written_in_place_is_read_again_after_the_write() -> None:
         after = g.call_function(aten.mul.Tensor, (x, 2))
         return (g.call_function(aten.sub.Tensor, (after, before)),)
 
-    module = _module_of(build)
-    assert not _merged(module)
-    assert _calls(module.graph, aten.mul.Tensor) == 2
-    torch.testing.assert_close(module(torch.zeros(3))[0], torch.full((3,), 2.0))
+    _assert_read_twice(build, aten.mul.Tensor, torch.full((3,), 2.0))
 
 
 def test_a_view_of_a_value_written_in_place_is_read_again_after_the_write() -> None:
@@ -79,10 +86,7 @@ def test_a_view_of_a_value_written_in_place_is_read_again_after_the_write() -> N
         after = g.call_function(aten.mul.Tensor, (view, 2))
         return (g.call_function(aten.sub.Tensor, (after, before)),)
 
-    module = _module_of(build)
-    assert not _merged(module)
-    assert _calls(module.graph, aten.mul.Tensor) == 2
-    torch.testing.assert_close(module(torch.zeros(3))[0], torch.full((3,), 2.0))
+    _assert_read_twice(build, aten.mul.Tensor, torch.full((3,), 2.0))
 
 
 def test_a_value_written_through_a_view_is_read_again_after_the_write() -> None:
@@ -93,10 +97,7 @@ def test_a_value_written_through_a_view_is_read_again_after_the_write() -> None:
         after = g.call_function(aten.neg.default, (x,))
         return (g.call_function(aten.sub.Tensor, (before, after)),)
 
-    module = _module_of(build)
-    assert not _merged(module)
-    assert _calls(module.graph, aten.neg.default) == 2
-    torch.testing.assert_close(module(torch.zeros(3))[0], torch.ones(3))
+    _assert_read_twice(build, aten.neg.default, torch.ones(3))
 
 
 def test_results_each_written_in_place_stay_two_buffers() -> None:

@@ -121,24 +121,30 @@ def _why_not_kernels_only(plan: P.ExecutionPlan, kernels: Mapping[int, Kernel]) 
     """Why a chain of kernels alone is not one model ("" if it can be): each kernel
     must translate bit for bit (no delegate's rounding is there to hide a sum in
     another order), and there must be enough of them to repay an engine's call."""
-    # Counted, not listed: a chain of a hundred thousand calls is refused for
-    # its first, and a list of them all would cost more than the file.
+    # Counted, not listed (a list of a hundred thousand calls would cost more
+    # than the file), and only until both answers are known.
     calls, first_refusal = 0, ""
     for position, instr in enumerate(plan.chains[0].instructions):
         if not isinstance(instr, P.KernelCall):
             continue
         calls += 1
-        name = kernels[instr.op_index].name
-        if first_refusal:
-            continue
-        if name not in _TRANSLATORS:
-            first_refusal = f"instruction {position}: {name} has no ONNX form here"
-        elif name in _INEXACT:
-            first_refusal = f"instruction {position}: {name} would round otherwise on onnxruntime"
+        if not first_refusal:
+            first_refusal = _refusal(position, kernels[instr.op_index].name)
+        elif calls >= KERNELS_WORTH_A_SESSION:
+            break
     if calls < KERNELS_WORTH_A_SESSION:
         return (f"no delegate, and {calls} kernel call{'' if calls == 1 else 's'}: "
                 f"fewer than {KERNELS_WORTH_A_SESSION} cost less than a session call")
     return first_refusal
+
+
+def _refusal(position: int, name: str) -> str:
+    """Why the kernel call at `position` keeps its chain off onnxruntime ("" if not)."""
+    if name not in _TRANSLATORS:
+        return f"instruction {position}: {name} has no ONNX form here"
+    if name in _INEXACT:
+        return f"instruction {position}: {name} would round otherwise on onnxruntime"
+    return ""
 
 
 class _Builder(ChainValues):
