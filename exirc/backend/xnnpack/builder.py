@@ -78,6 +78,9 @@ class GraphBuilder:
     fused: set[Node] = field(default_factory=set)
     # fx nodes inside a decomposed operator emitted whole (patterns.py): skipped.
     absorbed: set[Node] = field(default_factory=set)
+    # fp32 value id -> its per-token qdint8 Convert: the linear layers reading one
+    # input (a layer's q, k and v) share one, as each node costs a call's time.
+    per_token: dict[int, int] = field(default_factory=dict)
 
     # --- what an fx node is ------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Emitters of the operators `patterns` finds decomposed: hardswish and PReLU,
 one XNNPACK node each instead of three to five; and dynamically quantized
-linear layers (`dynamic_linear`), a Convert to qdint8 and a FullyConnected;
-and weight-only quantized ones, a FullyConnected of the float input with a
-qcint8 / qcint4 filter (and an Add of the bias)."""
+linear layers (`dynamic_linear`), a Convert to qdint8 and a FullyConnected
+(layers reading one input share its Convert, which quantizes it once); and
+weight-only quantized ones, a FullyConnected of the float input with a qcint8 /
+qcint4 filter (and an Add of the bias)."""
 
 from __future__ import annotations
 
@@ -71,10 +72,12 @@ def emit_dynamic_linear(b: GraphBuilder, match: Match) -> None:
     layer = found[0]
     source = b.get_contiguous(layer.x)
     dims = list(b.graph.values[source].dims)
-    quantized = b.value(dims)
-    value = b.graph.values[quantized]
-    value.datatype, value.quant = G.Datatype.QDINT8, G.PerTokenDynamicQuant(1)
-    b.add_node(G.NodeKind.CONVERT, G.Node1x1(source, quantized), owner=match.root)
+    quantized = b.per_token.get(source)
+    if quantized is None:
+        quantized = b.per_token[source] = b.value(dims)
+        value = b.graph.values[quantized]
+        value.datatype, value.quant = G.Datatype.QDINT8, G.PerTokenDynamicQuant(1)
+        b.add_node(G.NodeKind.CONVERT, G.Node1x1(source, quantized), owner=match.root)
     channels = int(layer.integers.shape[0])
     filter_id = _filter(b, layer)
     bias_id = G.INVALID_VALUE_ID if layer.bias is None else \

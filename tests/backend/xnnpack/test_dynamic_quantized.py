@@ -39,15 +39,30 @@ class Mlp(nn.Module):
         return self.down(torch.relu(self.up(x))) + x
 
 
+class Gated(nn.Module):
+    """Two layers reading one input (as a gated MLP's, or attention's q, k and v)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH, bias=False)
+        self.down = nn.Linear(WIDTH, WIDTH, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.gate(x)) * self.up(x))
+
+
+MODELS = {"mlp": Mlp, "gated": Gated}
+
+
 def _input(length: int, rank: int) -> torch.Tensor:
     x = torch.randn(1, length, WIDTH, generator=torch.Generator().manual_seed(length)) * 2
     return x if rank == 3 else x[0]
 
 
 @functools.cache
-def _compiled(mode: str, rank: int) -> CompileResult:
+def _compiled(mode: str, rank: int, model: str = "mlp") -> CompileResult:
     torch.manual_seed(4)
-    return compile_module(Mlp().eval(), (_input(5, rank),),
+    return compile_module(MODELS[model]().eval(), (_input(5, rank),),
                           dynamic_shapes=({rank - 2: Dim("seq", min=1, max=BOUND)},),
                           options=CompileOptions(target="xnnpack", quantize=mode,
                                                  min_sqnr_db=10.0))
@@ -68,14 +83,27 @@ def test_the_layers_are_delegated_with_per_token_converts_at_the_bound(mode: str
         (G.Datatype.QDINT8, [1, BOUND, 2 * WIDTH], G.PerTokenDynamicQuant(1))]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_layers_reading_one_input_share_its_convert(mode: str) -> None:
+    (payload,) = program_payloads(_compiled(mode, 3, "gated").program)
+    graph = deserialize_blob(payload.data).graph
+    converts = [n.params.output_id for n in graph.nodes  # type: ignore[union-attr]
+                if n.kind == G.NodeKind.CONVERT]
+    read = [n.params.input1_id for n in graph.nodes  # type: ignore[union-attr]
+            if n.kind == G.NodeKind.FULLY_CONNECTED]
+    assert len(converts) == 2 and len(read) == 3
+    assert sorted(read) == sorted([converts[0], converts[0], converts[1]])
+
+
 @requires_executorch
 @pytest.mark.oracle
-@pytest.mark.parametrize("rank", [2, 3])
+@pytest.mark.parametrize(("rank", "model"), [(2, "mlp"), (3, "mlp"), (3, "gated")])
 @pytest.mark.parametrize("mode", MODES)
-def test_every_length_matches_the_quantized_model_on_both_runtimes(mode: str, rank: int) -> None:
+def test_every_length_matches_the_quantized_model_on_both_runtimes(mode: str, rank: int,
+                                                                  model: str) -> None:
     from executorch.runtime import Runtime
 
-    result = _compiled(mode, rank)
+    result = _compiled(mode, rank, model)
     quantized = result.quantized_modules["forward"]
     ours = load(result.data)
     program = Runtime.get().load_program(result.data)  # alive while its method runs
@@ -89,7 +117,8 @@ def test_every_length_matches_the_quantized_model_on_both_runtimes(mode: str, ra
         # Fully connected layers and exact float ops: the two runtimes agree bit
         # for bit; eager's per-token parameters may differ from XNNPACK's in a
         # scale's last bit, moving an output by at most one quantization step.
-        assert torch.equal(got_ours, got_theirs), (mode, rank, length)
+        assert torch.equal(got_ours, got_theirs), (mode, rank, model, length)
         step = float(expected.amax() - expected.amin()) / 255
         worst = float((got_ours - expected).abs().max())
-        assert got_ours.shape == expected.shape and worst <= step, (mode, rank, length, worst)
+        assert got_ours.shape == expected.shape and worst <= step, (mode, rank, model, length,
+                                                                    worst)
