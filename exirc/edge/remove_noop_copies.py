@@ -2,7 +2,12 @@
 
 Decomposition leaves `view_copy` and `expand_copy` nodes whose output has
 the input's shape and dtype (e.g. a reshape of a [1, 5, 8] tensor to
-[1, 5, 8]). Each would cost a kernel call and a planned buffer.
+[1, 5, 8]). Each would cost a kernel call and a planned buffer. So does a
+functional `copy(dst, src)` of a src of dst's shape and dtype (what
+`buffer.copy_(src)` becomes): its result is src. Once it is gone, what was
+computed from two such copies of one value (each layer's cache positions, from
+its own cache's copy of `cache_position[0]`) is one computation that
+`common_subexpressions` can merge.
 """
 
 from __future__ import annotations
@@ -21,11 +26,17 @@ if TYPE_CHECKING:
 
 aten = torch.ops.aten
 _COPIES = {aten.view_copy.default, aten.expand_copy.default, aten.alias_copy.default,
-           aten.clone.default, aten._to_copy.default, aten.permute_copy.default}
+           aten.clone.default, aten._to_copy.default, aten.permute_copy.default,
+           aten.copy.default}
+
+
+def _source(node: Node) -> object:
+    """The input whose values a copy's output holds."""
+    return node.args[1] if node.target is aten.copy.default else node.args[0]
 
 
 def _is_noop(node: Node) -> bool:
-    source = node.args[0]
+    source = _source(node)
     if not isinstance(source, Node):
         return False
     before, after = source.meta.get("val"), node.meta.get("val")
@@ -56,6 +67,6 @@ def _drop_noop(node: Node) -> Answer:
     if node.target not in _COPIES or not _is_noop(node) or \
             any(user.op == "output" for user in node.users):
         return None
-    source = node.args[0]
+    source = _source(node)
     assert isinstance(source, Node)  # `_is_noop` checked
     return source

@@ -322,6 +322,45 @@ def test_remove_noop_copies_keeps_a_copy_the_method_returns() -> None:
     assert_same_outputs(program, model, (x,))
 
 
+class CopiesIntoBuffers(torch.nn.Module):
+    """transformers' static cache, functionalized: each layer's `cumulative_length`
+    (a tensor attribute, which export keeps as `copy(dst, src)`) takes
+    `cache_position[0]`, and each layer computes its positions from its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("first", torch.zeros((), dtype=torch.long))
+        self.register_buffer("second", torch.zeros((), dtype=torch.long))
+        self.register_buffer("row", torch.zeros(3))
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        first = torch.ops.aten.copy(self.first, positions[0])
+        second = torch.ops.aten.copy(self.second, positions[0])
+        row = torch.ops.aten.copy(self.row, x[0, 0])  # a broadcast: a new shape
+        steps = torch.arange(positions.shape[0])
+        return (steps + first) * 10 + (steps + second) + row.sum().long()
+
+
+def test_remove_noop_copies_drops_a_copy_into_a_buffer_of_the_sources_shape() -> None:
+    from exirc.edge.common_subexpressions import CommonSubexpressions
+    from exirc.edge.remove_assertions import RemoveAssertions
+
+    model, positions, x = CopiesIntoBuffers(), torch.tensor([7, 8, 9]), torch.randn(2, 3)
+    program, _ = run(export(model, positions, x), ToEdge(), RemoveAssertions(), ViewsToCopies())
+    assert targets(program).count(aten.copy.default) == 3
+    assert targets(program).count(aten.add.Tensor) == 4
+
+    program, changed = run(program, RemoveNoopCopies(), CommonSubexpressions())
+
+    assert changed == [True, True]
+    (kept,) = [n for n in calls(program) if n.target is aten.copy.default]
+    assert tuple(kept.meta["val"].shape) == (3,)  # the broadcast stays
+    # Both layers' positions now read the select itself: one add, not two.
+    assert targets(program).count(aten.add.Tensor) == 3
+    assert_same_outputs(program, CopiesIntoBuffers(), (positions, x))
+    verify_edge(program)
+
+
 # --------------------------------------------------------------------------
 # constant_fold (+ dead_code_elimination)
 # --------------------------------------------------------------------------
