@@ -25,6 +25,7 @@ from exirc.edge.common_subexpressions import CommonSubexpressions
 from exirc.edge.constant_fold import ConstantFold
 from exirc.edge.dead_code_elimination import DeadCodeElimination
 from exirc.edge.fold_batch_norm import FoldBatchNorm
+from exirc.edge.lookup_tables import LookupTables
 from exirc.edge.merge_permutes import MergePermutes
 from exirc.edge.remove_assertions import RemoveAssertions
 from exirc.edge.remove_noop_copies import RemoveNoopCopies
@@ -44,7 +45,7 @@ from exirc.targets import DEFAULT_TARGET
 # In the order the default pipelines run them.
 _BUILTIN_CLASSES: tuple[type[Pass], ...] = (
     KeepLstm, KeepAttention, BindKvAttention, ToEdge, RemoveAssertions, ViewsToCopies,
-    MergePermutes, ScalarsToTensors, RemoveNoopCopies, CommonSubexpressions,
+    MergePermutes, ScalarsToTensors, RemoveNoopCopies, CommonSubexpressions, LookupTables,
     ConstantFold, FoldBatchNorm, DeadCodeElimination,
     SymPrims, Delegate, LinearWeights, Fuse, QuantFusion,
     WriteBackState, UpdateCachesInPlace, AliasViews, ToOutVariants, MemoryPlanPass,
