@@ -10,8 +10,11 @@ rows, computed here once for every position and gathered at run time
 
 The rows are computed as eager PyTorch computes the chain, on a batch of all L
 positions, in the chain's own dtype: the gathered values are the ones the
-chain would have given. Nothing changes where the bound is not proven, or
-where a table would exceed `max_bytes`.
+chain would have given. Where every reader multiplies a table's values by
+RoPE's `rotate_half` (`cat([-b, a])`), b's negation moves into the table's rows
+(exact: a product's sign is its factors'), one node fewer per rotation.
+Nothing changes where the bound is not proven, or where a table would exceed
+`max_bytes`.
 """
 
 from __future__ import annotations
@@ -147,6 +150,9 @@ def _tabulate(program: ExportedProgram, positions: Node, length: int, max_bytes:
         table = rows[value].reshape(length, rows[value].shape[-1]).contiguous()
         if table.nbytes > max_bytes:
             continue
+        rotations = _rotations(value, table.shape[1])
+        if rotations is not None:
+            table = _fold_signs(table, *rotations)
         constant = add_constant(program, f"_table_{value.name}", table,
                                 described=f"table of {value.name} by {positions.name}")
         with positions.graph.inserting_before(value):
@@ -159,6 +165,53 @@ def _tabulate(program: ExportedProgram, positions: Node, length: int, max_bytes:
         if not node.users:
             positions.graph.erase_node(node)
     return bool(done)
+
+
+def _rotations(value: Node, columns: int) -> tuple[list[Node], int] | None:
+    """The `cat([-b, a], -1)` (RoPE's rotate_half) that every reader of `value`
+    multiplies it by, through unsqueezes, and the width of b: None unless every
+    reader does so, each cat and negation read by that product alone."""
+    chain, cats, widths = {value}, [], set()
+    pending = list(value.users)
+    while pending:
+        user = pending.pop()
+        if user.target is aten.unsqueeze_copy.default and _shape(user)[-1:] == [columns]:
+            chain.add(user)
+            pending.extend(user.users)
+            continue
+        if user.target is not aten.mul.Tensor or user.kwargs:
+            return None
+        operands = list(user.args[:2])
+        cat = operands[0] if operands[1] in chain else operands[1]
+        if not isinstance(cat, Node) or cat in chain or cat.target is not aten.cat.default \
+                or len(cat.users) != 1 or _shape(cat)[-1:] != [columns]:
+            return None
+        parts = cat.args[0]
+        dim = cat.args[1] if len(cat.args) > 1 else 0
+        if not isinstance(parts, (list, tuple)) or len(parts) != 2 or \
+                dim not in (-1, len(_shape(cat)) - 1):
+            return None
+        negated = parts[0]
+        if not isinstance(negated, Node) or negated.target is not aten.neg.default or \
+                len(negated.users) != 1 or not isinstance(_shape(negated)[-1], int):
+            return None
+        cats.append(cat)
+        widths.add(int(_shape(negated)[-1]))
+    return (cats, widths.pop()) if cats and len(widths) == 1 else None
+
+
+def _fold_signs(table: torch.Tensor, cats: list[Node], width: int) -> torch.Tensor:
+    """`cat([-b, a]) * row` is `cat([b, a]) * row'` with row' = row's first `width`
+    values negated, exactly (a product's sign is its factors' signs): the
+    negations go, into the table."""
+    for cat in cats:
+        parts: Any = cat.args[0]
+        negated, kept = parts
+        cat.args = ([negated.args[0], kept], *cat.args[1:])
+        negated.graph.erase_node(negated)
+    folded = table.clone()
+    folded[:, :width] = -folded[:, :width]
+    return folded
 
 
 def _per_position(program: ExportedProgram, positions: Node) -> dict[Node, int]:

@@ -4,8 +4,9 @@
 on its queries and keys (cos and sin computed from the positions on every
 call). Under `--target xnnpack-llm` its cache write is `llama_update_cache` at
 the positions' first, which bounds every position to [0, MAX): the tables hold
-the values eager computes, bit for bit, and the compiled program gives eager's
-results call after call to the cache's end. Positions nothing bounds, values
+the values eager computes, bit for bit (sin's first half negated, taking
+rotate_half's negations), and the compiled program gives eager's results call
+after call to the cache's end. Positions nothing bounds, values
 that mix positions and tables over the size cap are left alone.
 """
 
@@ -49,9 +50,10 @@ def cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tens
 class Rotary(kv_models.KvAttention):
     """`kv_models.KvAttention` with rotary queries and keys (MHA, an exact match)."""
 
-    def __init__(self, mix: bool = False) -> None:
+    def __init__(self, mix: bool = False, sin_read: bool = False) -> None:
         super().__init__()
         self.mix = mix  # cos of a value that mixes positions (an outer product)
+        self.sin_read = sin_read  # sin read by more than the rotations
         inv_freq = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -71,12 +73,13 @@ class Rotary(kv_models.KvAttention):
         values = self.v_cache.index_copy_(2, positions, v)
         mask = torch.arange(MAX)[None, :] <= positions[:, None]
         attended = F.scaled_dot_product_attention(q, keys, values, mask)
-        return self.out(attended.transpose(1, 2).reshape(1, length, HEADS * HEAD_DIM))
+        result = self.out(attended.transpose(1, 2).reshape(1, length, HEADS * HEAD_DIM))
+        return result + sin.sum() if self.sin_read else result
 
 
-def _model(mix: bool = False) -> Rotary:
+def _model(mix: bool = False, sin_read: bool = False) -> Rotary:
     torch.manual_seed(3)
-    return Rotary(mix).eval()
+    return Rotary(mix, sin_read).eval()
 
 
 def _edge(model: torch.nn.Module, target: str = "xnnpack-llm", length: int = 3
@@ -118,13 +121,17 @@ def test_cos_and_sin_become_tables_holding_eagers_values_bit_for_bit() -> None:
     tables = _tables(program)
     assert [tuple(table.shape) for table, _ in tables] == [(MAX, HEAD_DIM)] * 2
     # Each row is what eager computes for that position, in a call of one token
-    # and in a call of the whole cache.
+    # and in a call of the whole cache; sin's first half negated, as each reader
+    # multiplies it by rotate_half's cat([-b, a]), whose negations are gone.
+    assert aten.neg.default not in targets
     everything = cos_sin(torch.arange(MAX), model.inv_freq)
+    signs = torch.ones(2, HEAD_DIM)
+    signs[1, :HEAD_DIM // 2] = -1
     for position in range(MAX):
         alone = cos_sin(torch.tensor([position]), model.inv_freq)
-        for (table, _), want, whole in zip(tables, alone, everything):
-            assert torch.equal(table[position], want[0, 0])
-            assert torch.equal(table[position], whole[0, position])
+        for (table, _), want, whole, sign in zip(tables, alone, everything, signs):
+            assert torch.equal(table[position], want[0, 0] * sign)
+            assert torch.equal(table[position], whole[0, position] * sign)
     verify_edge(program, kept={torch.ops.exirc.llama_update_cache.default,
                                torch.ops.exirc.llama_custom_sdpa.default})
 
@@ -194,6 +201,17 @@ def test_a_value_that_mixes_positions_stays_computed() -> None:
               if n.target is aten.cos.default]
     assert cos.args[0].target is aten._to_copy.default
     assert cos.args[0].args[0].target is aten.mul.Tensor
+
+
+def test_a_table_read_by_more_than_rotations_keeps_its_signs() -> None:
+    model = _model(sin_read=True)
+    result = LookupTables().run(_edge(model))
+    tables = _tables(result.program)
+    assert len(tables) == 2
+    assert sum(n.target is aten.neg.default for n in result.program.graph_module.graph.nodes) \
+        == 2  # rotate_half's, of q and of k
+    _, sin = cos_sin(torch.arange(MAX), model.inv_freq)
+    assert torch.equal(tables[1][0], sin[0])
 
 
 @pytest.mark.parametrize(("slack", "tabulated"), [(0, 2), (-1, 0)])
