@@ -19,6 +19,7 @@ Nothing changes where the bound is not proven, or where a table would exceed
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -54,7 +55,8 @@ class LookupTables(Pass):
     the write fails unless 0 <= start and start + n <= the cache's length L,
     so every position is in [0, L). A value is tabulated when its shape is
     the positions' (or an unsqueeze of them) plus one trailing dim, its dtype
-    is a float, and its table (L rows) is at most `max_bytes`.
+    is a float, and its table (L rows) is at most `max_bytes`, as is every value
+    it is computed from (each is computed for all L positions at once).
     """
 
     name: ClassVar[str] = "lookup_tables"
@@ -135,7 +137,7 @@ def _is_arange_from_zero(node: Node) -> bool:
 
 
 def _tabulate(program: ExportedProgram, positions: Node, length: int, max_bytes: int) -> bool:
-    axes = _per_position(program, positions)
+    axes = _per_position(program, positions, length, max_bytes)
     region = [n for n in axes if n is not positions]
     order = {n: i for i, n in enumerate(positions.graph.nodes)}
     indices = {n for n in axes if _is_index_of(n, positions)}
@@ -214,9 +216,11 @@ def _fold_signs(table: torch.Tensor, cats: list[Node], width: int) -> torch.Tens
     return folded
 
 
-def _per_position(program: ExportedProgram, positions: Node) -> dict[Node, int]:
+def _per_position(program: ExportedProgram, positions: Node, length: int, max_bytes: int
+                  ) -> dict[Node, int]:
     """The nodes computed from `positions` and constants by ops that keep each
-    position apart, each with its position axis (counted from the right)."""
+    position apart, each with its position axis (counted from the right); each
+    at most `max_bytes` for all `length` positions, as it is computed so."""
     axes = {positions: -1}
     for node in positions.graph.nodes:
         if node.op != "call_function" or node in axes:
@@ -231,6 +235,10 @@ def _per_position(program: ExportedProgram, positions: Node) -> dict[Node, int]:
         value = _val(node)
         if axis is None or value is None or -axis > value.dim() or \
                 not _same_size(value.shape[axis], _shape(positions)[0]):
+            continue
+        others = [d for i, d in enumerate(value.shape) if i != value.dim() + axis]
+        if not all(isinstance(d, int) for d in others) or \
+                length * value.element_size() * math.prod(others) > max_bytes:
             continue
         axes[node] = axis
     return axes
