@@ -152,18 +152,21 @@ def test_the_compiled_program_gives_eagers_results_to_the_caches_end(length: int
             torch.testing.assert_close(got, eager(*inputs), rtol=1e-5, atol=1e-5)
 
 
-def test_a_position_past_the_cache_is_an_error_not_a_read_past_the_table() -> None:
+@pytest.mark.parametrize("position", [MAX, -1])
+def test_a_position_outside_the_cache_is_an_error_not_a_read_outside_the_table(
+        position: int) -> None:
     model = _model()
     result = compile_module(model, kv_models.inputs(1, 0),
                             options=CompileOptions(target="xnnpack-llm"))
     program = load(result.data)
-    with pytest.raises(ExecutionError):
-        program.run("forward", list(kv_models.inputs(1, MAX)))
+    x, _ = kv_models.inputs(1, 0)
+    with pytest.raises(ExecutionError, match="embedding"):  # the gather checks first
+        program.run("forward", [x, torch.tensor([position])])
 
 
 @requires_executorch
 @pytest.mark.oracle
-def test_executorch_runs_the_tables_and_refuses_a_position_past_the_cache() -> None:
+def test_executorch_runs_the_tables_and_refuses_a_position_outside_the_cache() -> None:
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (its llama kernels)
 
     from tests.oracle import executorch_method
@@ -178,8 +181,10 @@ def test_executorch_runs_the_tables_and_refuses_a_position_past_the_cache() -> N
             got = method(list(inputs))
             got = got[0] if isinstance(got, (list, tuple)) else got
             torch.testing.assert_close(got, eager(*inputs), rtol=1e-5, atol=1e-5)
-    with pytest.raises(RuntimeError):
-        method(list(kv_models.inputs(1, MAX)))
+    x, _ = kv_models.inputs(1, 0)
+    for position in (MAX, -1):  # its embedding kernel checks both ends
+        with pytest.raises(RuntimeError):
+            method([x, torch.tensor([position])])
 
 
 def test_positions_no_cache_write_bounds_are_left_alone() -> None:
