@@ -64,6 +64,17 @@ def _the_same_random_state_for_every_test() -> None:
         torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_shared_folder_per_run(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where `tests.shared_files` keeps what modules make alike: a folder of the
+    run's temporary root, which every xdist worker's own root is a folder of."""
+    from tests import shared_files
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    shared_files.set_root(root / "shared")
+
+
 @pytest.fixture()
 def add_pte(tmp_path: Path) -> Path:
     """tests.programs.add_constant_program written as a .pte file."""

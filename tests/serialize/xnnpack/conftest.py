@@ -19,6 +19,7 @@ import torch
 from exirc.serialize import deserialize
 from exirc.serialize import program as P
 from tests.oracle import HAVE_EXECUTORCH
+from tests.shared_files import shared
 
 
 class LinearReLU(torch.nn.Module):
@@ -106,6 +107,19 @@ MODELS: dict[str, Callable[[], tuple[Any, tuple[torch.Tensor, ...]]]] = {
 }
 
 
+def _lowered(name: str) -> tuple[bytes, tuple[torch.Tensor, ...]]:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    torch.manual_seed(0)
+    model, args = MODELS[name]()
+    if name.startswith(("quantized", "dynamic_quantized")):
+        model = _quantize(model, args, dynamic=name.startswith("dynamic"))
+    edge = to_edge_transform_and_lower(torch.export.export(model, args),
+                                       partitioner=[XnnpackPartitioner()])
+    return bytes(edge.to_executorch().buffer), args
+
+
 def delegate_blobs(program: P.Program) -> list[bytes]:
     """Each delegate's processed bytes, found with exirc's own reader."""
     blobs = []
@@ -119,16 +133,8 @@ def delegate_blobs(program: P.Program) -> list[bytes]:
 
 
 def _lower(name: str, folder: Path) -> RealProgram:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    torch.manual_seed(0)
-    model, args = MODELS[name]()
-    if name.startswith(("quantized", "dynamic_quantized")):
-        model = _quantize(model, args, dynamic=name.startswith("dynamic"))
-    edge = to_edge_transform_and_lower(torch.export.export(model, args),
-                                       partitioner=[XnnpackPartitioner()])
-    pte = bytes(edge.to_executorch().buffer)
+    # Two modules read these, on either worker: lowered once per run.
+    pte, args = shared(f"executorch xnnpack payloads {name}", lambda: _lowered(name))
     path = folder / f"{name}.pte"
     path.write_bytes(pte)
     program = deserialize(pte)

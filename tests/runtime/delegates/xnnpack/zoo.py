@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.shared_files import module_digest, origin, shared_bytes
+
 
 class MLP(nn.Module):
     def __init__(self) -> None:
@@ -244,7 +246,15 @@ def half_inputs(model: ZooModel) -> tuple[torch.Tensor, ...]:
 
 
 def executorch_xnnpack_pte(model: ZooModel, half: bool = False) -> bytes:
-    """The model lowered to XNNPACK by ExecuTorch, as `.pte` bytes (in fp16 if `half`)."""
+    """The model lowered to XNNPACK by ExecuTorch, as `.pte` bytes (in fp16 if `half`);
+    made once per test run (`tests.shared_files`: four modules lower zoo models)."""
+    inputs = [(t.dtype, tuple(t.shape)) for t in model.inputs()]
+    key = (f"executorch xnnpack {origin(model.build)} {model.name} {inputs} half={half} "
+           f"dynamic={model.dynamic_shapes is not None} {module_digest(model.module())}")
+    return shared_bytes(key, lambda: _lowered_by_executorch(model, half))
+
+
+def _lowered_by_executorch(model: ZooModel, half: bool) -> bytes:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
