@@ -85,7 +85,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: install $(BENCH_STAMP)
 	$(PY) bench/run.py --out bench/results
 
-# The long runtime mutation campaign (the suite in `make test` runs 2,000):
+# The long runtime mutation campaign (the suite in `make test` runs 1,200):
 # every mutant in its own process (10 s of CPU per stage, 4 GiB). Figures, findings and
 # reproducers go to $(OUT)/mutants; exit status 1 if any mutant crashed, hung,
 # blew the memory limit or raised an untyped error.
