@@ -135,11 +135,20 @@ class _ProgramRules:
                  inline: dict[int, tuple[RowKey, PayloadRows | None]]) -> None:
         self.constant = constant
         self.inline = inline
+        self._children: dict[tuple[State, str], State] = {}
 
     def row(self, state: State) -> RowKey:
         return state[0]
 
     def child(self, state: State, part: str, index: int | None) -> State:
+        if state[1] != "root":  # then the index does not matter: one state for all
+            found = self._children.get((state, part))
+            if found is None:
+                found = self._children[(state, part)] = self._child(state, part, index)
+            return found
+        return self._child(state, part, index)
+
+    def _child(self, state: State, part: str, index: int | None) -> State:
         name = part[1:].partition("(")[0]
         row, kind, plan = state
         if kind == "root" and name == "execution_plan":

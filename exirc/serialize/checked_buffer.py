@@ -30,6 +30,7 @@ _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
+_SIZES = {fmt: struct.calcsize("<" + fmt) for fmt in "bBhHiIqQfd"}
 
 # Work units an honest file may need, per byte of FlatBuffer, plus a floor.
 _BUDGET_PER_BYTE = 2
@@ -58,6 +59,9 @@ class CheckedBuffer:
         self._shared: dict[tuple[int, object], Any] = {}
         self._pool: dict[tuple[int, ...], list[int]] = {}
         self._args_pool: dict[bytes, Args] = {}
+        # The checked (vtable length, table length) of vtables seen: an honest
+        # file has a few dozen, shared by all its tables; a bounded number kept.
+        self._vtables: dict[int, tuple[int, int]] = {}
 
     def once(self, view: TableView, decode: Callable[[TableView], T]) -> T:
         """`decode(view)`, made at most twice per table however often it is used.
@@ -128,20 +132,40 @@ class CheckedBuffer:
             )
 
     def read(self, fmt: struct.Struct, pos: int, path: str | Path) -> int:
-        self.check_range(pos, fmt.size, path)
+        if pos < 0 or pos + fmt.size > self.size:
+            self.check_range(pos, fmt.size, path)
         value: int = fmt.unpack_from(self.data, pos)[0]
         return value
 
     def follow(self, pos: int, path: str | Path) -> int:
         """The position a uoffset stored at `pos` points to."""
-        return pos + self.read(_U32, pos, path)
+        if pos < 0 or pos + 4 > self.size:
+            self.check_range(pos, 4, path)
+        target: int = pos + _U32.unpack_from(self.data, pos)[0]
+        return target
 
     def root(self) -> TableView:
         return self.table_at(self.follow(0, "root"), "root")
 
     def table_at(self, pos: int, path: str | Path) -> TableView:
-        self.charge(_TABLE_COST, path)
-        vtable = pos - self.read(_I32, pos, path)
+        # The checks of `check_range`, `read` and `charge`, spelled inline: a
+        # big program has millions of tables, and this is most of their cost.
+        self.budget -= _TABLE_COST
+        if self.budget < 0:
+            self.charge(0, path)
+        if pos < 0 or pos + 4 > self.size:
+            self.check_range(pos, 4, path)
+        vtable = pos - _I32.unpack_from(self.data, pos)[0]
+        lengths = self._vtables.get(vtable)
+        if lengths is None:
+            lengths = self._vtable_lengths(vtable, path)
+        vtable_len, table_len = lengths
+        if pos + table_len > self.size:
+            self.check_range(pos, table_len, path)
+        return self.view(pos, vtable, vtable_len, table_len, path)
+
+    def _vtable_lengths(self, vtable: int, path: str | Path) -> tuple[int, int]:
+        """The (vtable length, table length) the vtable at `vtable` declares, checked."""
         vtable_len = self.read(_U16, vtable, Path(path, "(vtable)"))
         table_len = self.read(_U16, vtable + 2, Path(path, "(vtable)"))
         if vtable_len < 4 or vtable_len % 2:
@@ -149,8 +173,9 @@ class CheckedBuffer:
         if table_len < 4:
             raise FormatError(f"table length {table_len} is invalid", field=str(path))
         self.check_range(vtable, vtable_len, Path(path, "(vtable)"))
-        self.check_range(pos, table_len, path)
-        return self.view(pos, vtable, vtable_len, table_len, path)
+        if len(self._vtables) < _POOL_ENTRIES:
+            self._vtables[vtable] = (vtable_len, table_len)
+        return vtable_len, table_len
 
     def view(self, pos: int, vtable: int, vtable_len: int, table_len: int,
              path: str | Path) -> TableView:
@@ -225,10 +250,16 @@ class TableView:
         return self.pos + offset
 
     def scalar(self, slot: int, fmt: struct.Struct, default: int | float, name: str) -> int:
-        pos = self._field(slot, fmt.size, name)
-        if pos is None:
+        entry = 4 + 2 * slot  # `_field`, inline: the commonest read of all
+        if entry + 2 > self.vtable_len:
             return default  # type: ignore[return-value]
-        value: int = fmt.unpack_from(self.buf.data, pos)[0]
+        data = self.buf.data
+        offset: int = _U16.unpack_from(data, self.vtable + entry)[0]
+        if offset == 0:
+            return default  # type: ignore[return-value]
+        if offset + fmt.size > self.table_len:
+            self._field(slot, fmt.size, name)  # raises
+        value: int = fmt.unpack_from(data, self.pos + offset)[0]
         return value
 
     def table(self, slot: int, name: str) -> TableView | None:
@@ -244,12 +275,14 @@ class TableView:
         if pos is None:
             return None
         path = self.field_path(name)
-        start = self.buf.follow(pos, path)
-        count = self.buf.read(_U32, start, path)
+        buf = self.buf
+        start = buf.follow(pos, path)
+        count = buf.read(_U32, start, path)
         # Check the declared length against the bytes present before
         # anything is built from it: 0xFFFFFFFF must not allocate.
-        self.buf.check_range(start + 4, count * elem_size, path)
-        self.buf.charge(count * max(elem_size, 1), path)
+        if start + 4 + count * elem_size > buf.size:
+            buf.check_range(start + 4, count * elem_size, path)
+        buf.charge(count * max(elem_size, 1), path)
         return start + 4, count
 
     def vector_span(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
@@ -259,7 +292,7 @@ class TableView:
 
     def scalars(self, slot: int, fmt: str, name: str) -> list[int]:
         """A vector of scalars, e.g. fmt "i" for [int]."""
-        size = struct.calcsize("<" + fmt)
+        size = _SIZES[fmt]
         found = self._vector(slot, size, name)
         if found is None:
             return []
@@ -294,11 +327,12 @@ class TableView:
         if found is None:
             return
         start, count = found
-        buf = self.buf
-        part = f".{name}"
+        buf, data, where, part = self.buf, self.buf.data, self.where, f".{name}"
+        unpack = _U32.unpack_from  # the offsets are in the vector, checked
         for i in range(count):
-            path = Path(self.where, part, i)
-            yield buf.table_at(buf.follow(start + 4 * i, path), path)
+            at = start + 4 * i
+            path = Path(where, part, i)
+            yield buf.table_at(at + unpack(data, at)[0], path)
 
     def string(self, slot: int, name: str) -> str | None:
         """A string field; one the file stores once for many tables (file names
