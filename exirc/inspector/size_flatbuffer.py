@@ -219,7 +219,7 @@ def _walk_plan(t: TableView) -> None:
     for x in t.tables(5, "chains"):
         x.vector_span(0, 4, "inputs")
         x.vector_span(1, 4, "outputs")
-        _each(x, 2, "instructions", decode.instruction)
+        _each(x, 2, "instructions", _walk_instruction)
         _each(x, 3, "stacktrace", decode.frame_list)
     for x in t.tables(6, "operators"):
         x.string(0, "name")
@@ -237,11 +237,30 @@ def _walk_evalue(t: TableView) -> None:
     """What `decode.evalue` reads, without making a list of a list's items."""
     kind, body = t.union(0, 1, "val", P.KERNEL_TYPES)
     if kind is P.Tensor:
-        decode.tensor(body)
+        _walk_tensor(body)
     elif kind is P.String:
         body.string(0, "string_val")
     elif kind in _LIST_ITEM_SIZES:
         body.vector_span(0, _LIST_ITEM_SIZES[kind], "items")
+
+
+def _walk_tensor(t: TableView) -> None:
+    """What `decode.tensor` reads, in its order, without making the tensor: the
+    file was read whole before its size report, so what the walk visits is
+    known to be well formed (and it is still checked)."""
+    t.vector_span(2, 4, "sizes")
+    t.vector_span(3, 1, "dim_order")
+    t.table(6, "allocation_info")
+    extra = t.table(9, "extra_tensor_info")
+    if extra is not None:
+        extra.string(1, "fully_qualified_name")
+
+
+def _walk_instruction(t: TableView) -> None:
+    """What `decode.instruction` reads, as `_walk_tensor` does for a tensor."""
+    kind, body = t.union(0, 1, "instr_args", P.INSTRUCTION_TYPES)
+    if kind is P.KernelCall or kind is P.DelegateCall:
+        body.vector_span(1, 4, "args")
 
 
 def _each(t: TableView, slot: int, name: str, read: Callable[[TableView], object]) -> None:

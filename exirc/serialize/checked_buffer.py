@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from exirc.errors import FormatError
+from exirc.serialize.field_path import Path
 from exirc.serialize.program.instructions import Args
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ class CheckedBuffer:
         # The checked (vtable length, table length) of vtables seen: an honest
         # file has a few dozen, shared by all its tables; a bounded number kept.
         self._vtables: dict[int, tuple[int, int]] = {}
+        self._at: dict[tuple[int, str], list[int]] = {}  # `TableView.pooled_scalars`
 
     def once(self, view: TableView, decode: Callable[[TableView], T]) -> T:
         """`decode(view)`, made at most twice per table however often it is used.
@@ -183,35 +185,6 @@ class CheckedBuffer:
         return TableView(self, pos, vtable, vtable_len, table_len, path)
 
 
-class Path:
-    """A field path, spelled out only when an error (or a report) names it.
-
-    Decoding visits millions of tables in a big program; building the text
-    `root.execution_plan[0].chains[0].instructions[123]` for each would cost
-    more than the tables themselves. A Path keeps its parent and its own
-    part instead: `Path(parent, ".name")`, `Path(parent, "[3]")`.
-    """
-
-    __slots__ = ("parent", "part", "index", "note")
-
-    def __init__(self, parent: str | Path, part: str, index: int | None = None) -> None:
-        self.parent = parent
-        self.part = part
-        self.index = index
-        # What a reader that records attaches to the table here (the size
-        # report: which row its bytes go to), for its children to start from.
-        self.note: Any = None
-
-    def __str__(self) -> str:
-        parts = []
-        node: str | Path = self
-        while isinstance(node, Path):
-            parts.append(node.part if node.index is None else f"{node.part}[{node.index}]")
-            node = node.parent
-        parts.append(node)
-        return "".join(reversed(parts))
-
-
 class TableView:
     """One table of the buffer; fields are read by slot number."""
 
@@ -274,15 +247,29 @@ class TableView:
         pos = self._field(slot, 4, name)
         if pos is None:
             return None
-        path = self.field_path(name)
+        # The checks of `follow`, `read`, `check_range` and `charge` inline; the
+        # field path is made only for an error (`_checked_vector` names it).
         buf = self.buf
-        start = buf.follow(pos, path)
-        count = buf.read(_U32, start, path)
-        # Check the declared length against the bytes present before
-        # anything is built from it: 0xFFFFFFFF must not allocate.
-        if start + 4 + count * elem_size > buf.size:
-            buf.check_range(start + 4, count * elem_size, path)
-        buf.charge(count * max(elem_size, 1), path)
+        data, size = buf.data, buf.size
+        if pos + 4 <= size:
+            start = pos + _U32.unpack_from(data, pos)[0]
+            if start + 4 <= size:
+                count: int = _U32.unpack_from(data, start)[0]
+                # Check the declared length against the bytes present before
+                # anything is built from it: 0xFFFFFFFF must not allocate.
+                if start + 4 + count * elem_size <= size and \
+                        buf.budget >= count * max(elem_size, 1):
+                    buf.budget -= count * max(elem_size, 1)
+                    return start + 4, count
+        return self._checked_vector(pos, elem_size, name)
+
+    def _checked_vector(self, pos: int, elem_size: int, name: str) -> tuple[int, int]:
+        """`_vector` step by step, for the error it meets."""
+        path = self.field_path(name)
+        start = self.buf.follow(pos, path)
+        count = self.buf.read(_U32, start, path)
+        self.buf.check_range(start + 4, count * elem_size, path)
+        self.buf.charge(count * max(elem_size, 1), path)
         return start + 4, count
 
     def vector_span(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
@@ -298,6 +285,22 @@ class TableView:
             return []
         start, count = found
         return list(struct.unpack_from(f"<{count}{fmt}", self.buf.data, start))
+
+    def pooled_scalars(self, slot: int, fmt: str, name: str) -> list[int]:
+        """`buf.pooled(scalars(...))`; the list of a vector the file shares (the
+        writer stores equal sizes once) is read once."""
+        found = self._vector(slot, _SIZES[fmt], name)
+        if found is None:
+            return self.buf.pooled([])
+        start, count = found
+        key = (start, fmt)
+        made = self.buf._at.get(key)
+        if made is None:
+            made = self.buf.pooled(list(struct.unpack_from(f"<{count}{fmt}", self.buf.data,
+                                                           start)))
+            if count <= _POOL_ITEMS and len(self.buf._at) < _POOL_ENTRIES:
+                self.buf._at[key] = made
+        return made
 
     def int32s(self, slot: int, name: str) -> Args:
         """A vector of int32 (value indices), as `Args`, pooled (`pooled_args`)."""
