@@ -47,6 +47,9 @@ MAX_DIMS = 64
 
 
 def _enum(kind: type[E], raw: int, t: TableView, name: str) -> E:
+    member: E | None = kind._value2member_map_.get(raw)  # type: ignore[assignment]
+    if member is not None:  # as kind(raw), without its machinery: a million tensors
+        return member
     try:
         return kind(raw)
     except ValueError:
