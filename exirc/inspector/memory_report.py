@@ -49,6 +49,8 @@ MAX_WARNINGS = 20
 # Per-position live bytes a method's JSON gives at most, over all its arenas
 # (`live_steps` always has the same figures, compactly).
 MAX_LIVE_BYTES = 1 << 22
+# Arenas whose steps are made together (`arena_steps`).
+_ARENAS_AT_ONCE = 4096
 # Pairs of regions the overlap check may compare, per region and in all.
 _PAIRS_PER_BLOCK = 64
 _PAIRS_FLOOR = 1 << 20
@@ -206,7 +208,7 @@ class MethodMemory:
         self._planned = planned
         self._sizes = sizes
         self._ranges = planned.arena_ranges()
-        self._steps: ArenaSteps | None = None
+        self._steps: tuple[range, ArenaSteps] | None = None  # the last batch of arenas
         # Whether each arena has planned tensors (a byte each: cheaper than a set).
         self._with_tensors = bytearray(len(sizes))
         for memory_id in self._ranges.ids.data:
@@ -228,11 +230,16 @@ class MethodMemory:
     def arena(self, memory_id: int) -> ArenaReport:
         size = self._sizes[memory_id] if memory_id < len(self._sizes) else 0
         positions = max(self.instruction_count, 1)
-        if self._steps is None:  # every arena's at once, when the first is asked for
-            self._steps = arena_steps(self._planned, self._ranges, positions, LARGEST_AT_PEAK)
-        return ArenaReport(self._planned, memory_id, size, positions,
-                           self._ranges.get(memory_id), self._steps,
-                           self._ranges.index(memory_id), self._modules)
+        k = self._ranges.index(memory_id)
+        if k is None:
+            return ArenaReport(self._planned, memory_id, size, positions, None, None, None)
+        batch = range(k - k % _ARENAS_AT_ONCE,
+                      min(k - k % _ARENAS_AT_ONCE + _ARENAS_AT_ONCE, len(self._ranges.ids)))
+        if self._steps is None or self._steps[0] != batch:  # arenas are asked for in order
+            self._steps = batch, arena_steps(self._planned, self._ranges, batch, positions,
+                                             LARGEST_AT_PEAK)
+        return ArenaReport(self._planned, memory_id, size, positions, self._ranges.get(memory_id),
+                           self._steps[1], k - batch.start, self._modules)
 
     def site(self, position: int) -> InstructionSite | None:
         """The instruction at `position`: its chain, index, text and source line."""
