@@ -31,6 +31,7 @@ _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
+_UNION_PARTS: dict[tuple[str, type], str] = {}  # a union member's field name, by member
 _SIZES = {fmt: struct.calcsize("<" + fmt) for fmt in "bBhHiIqQfd"}
 
 # Work units an honest file may need, per byte of FlatBuffer, plus a floor.
@@ -239,8 +240,11 @@ class TableView:
         pos = self._field(slot, 4, name)
         if pos is None:
             return None
-        path = self.field_path(name)
-        return self.buf.table_at(self.buf.follow(pos, path), path)
+        path = Path(self.where, "." + name)
+        buf = self.buf
+        if pos + 4 > buf.size:
+            buf.check_range(pos, 4, path)
+        return buf.table_at(pos + _U32.unpack_from(buf.data, pos)[0], path)
 
     def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
         """(first element position, element count) of a vector field."""
@@ -353,14 +357,23 @@ class TableView:
     def union(self, type_slot: int, value_slot: int, name: str,
               members: tuple[type, ...]) -> tuple[type, TableView]:
         """The member class and table of a union field (NONE is an error)."""
-        tag = self.scalar(type_slot, _U8, 0, name + "_type")
+        entry = 4 + 2 * type_slot  # `scalar`, inline, its field name made only for an error
+        offset = _U16.unpack_from(self.buf.data, self.vtable + entry)[0] \
+            if entry + 2 <= self.vtable_len else 0
+        if offset and offset + 1 <= self.table_len:
+            tag: int = self.buf.data[self.pos + offset]
+        else:
+            tag = self.scalar(type_slot, _U8, 0, name + "_type")
         if not 1 <= tag <= len(members):
             raise FormatError(
                 f"union type tag {tag} is not one of 1..{len(members)}",
                 field=f"{self.path}.{name}_type",
             )
         member = members[tag - 1]
-        table = self.table(value_slot, f"{name}({member.__name__})")
+        part = _UNION_PARTS.get((name, member))
+        if part is None:
+            part = _UNION_PARTS[(name, member)] = f"{name}({member.__name__})"
+        table = self.table(value_slot, part)
         if table is None:
             raise FormatError("union value is missing", field=f"{self.path}.{name}")
         return member, table
