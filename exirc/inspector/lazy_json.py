@@ -227,7 +227,7 @@ class _Writer:
         elif type(value) is Rows:
             self.container("[", "]", value.make_rows(), level, keyed=False,
                            template=value.template)
-        elif isinstance(value, Mapping):
+        elif type(value) is dict or isinstance(value, Mapping):
             flat = _flat_mapping(value, level)
             if flat is not None:
                 self.text(flat)
@@ -291,9 +291,10 @@ def _fill(text: str, values: tuple[Any, ...]) -> str | None:
     return None if None in texts else text % texts
 
 
-def _scalar_list(value: Any, level: int) -> str | None:
-    """The text of a list or tuple of scalars (`json`'s pure-Python indented
-    encoder is most of the cost of a long document); None for anything else."""
+def _scalar_list(value: Any, level: int, outer: bool = True) -> str | None:
+    """The text of a list or tuple of scalars, or of such lists (`json`'s
+    pure-Python indented encoder is most of the cost of a long document); None
+    for anything else."""
     if not isinstance(value, (list, tuple)):
         return None
     if not value:
@@ -301,8 +302,10 @@ def _scalar_list(value: Any, level: int) -> str | None:
     pieces = []
     for item in value:
         text = _scalar(item)
-        if text is None:
-            return None
+        if text is None:  # a list of lists of scalars (lifetimes, steps) is one too
+            text = _scalar_list(item, level + 1, False) if outer else None
+            if text is None:
+                return None
         pieces.append(text)
     inner = "\n" + _INDENT * (level + 1)
     return "[" + inner + ("," + inner).join(pieces) + "\n" + _INDENT * level + "]"

@@ -39,6 +39,10 @@ _MAX_DEPTH = 32
 # Kernels that return nothing: their last argument is an input, not a result.
 NO_RESULT_OPS = frozenset({"executorch_prim::et_copy_index.tensor"})
 
+# The type text of tensors by (dtype, dynamism, *sizes): a plan of a hundred
+# thousand tensors has a few dozen types.
+_TENSOR_TYPES: dict[tuple[object, ...], str] = {}
+
 
 def value_type(value: P.EValue, dims: list[str] | None = None) -> str:
     """The type of a value, e.g. `f32[2, 3]`, `f32[s0<=64, 3]`, `int`, `Tensor[]`.
@@ -49,9 +53,15 @@ def value_type(value: P.EValue, dims: list[str] | None = None) -> str:
     if isinstance(value, P.Tensor):
         if dims is not None and len(dims) == len(value.sizes):
             return f"{value.scalar_type.short_name}[{', '.join(dims)}]"
-        bound = "<=" if value.shape_dynamism != P.TensorShapeDynamism.STATIC else ""
-        shown = ", ".join(f"{bound}{s}" for s in value.sizes)
-        return f"{value.scalar_type.short_name}[{shown}]"
+        key = (value.scalar_type, value.shape_dynamism, *value.sizes)
+        text = _TENSOR_TYPES.get(key)
+        if text is None:
+            bound = "<=" if value.shape_dynamism != P.TensorShapeDynamism.STATIC else ""
+            shown = ", ".join(f"{bound}{s}" for s in value.sizes)
+            text = f"{value.scalar_type.short_name}[{shown}]"
+            if len(_TENSOR_TYPES) < 4096:
+                _TENSOR_TYPES[key] = text
+        return text
     return {
         P.Null: "None", P.Int: "int", P.Bool: "bool", P.Double: "float", P.String: "str",
         P.IntList: "int[]", P.DoubleList: "float[]", P.BoolList: "bool[]",

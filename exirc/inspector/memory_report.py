@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy
 
+from exirc.inspector.arena_steps import ArenaSteps, arena_steps
 from exirc.inspector.lazy_json import SLOT, Lazy, Template
 from exirc.inspector.listing import instruction_text, source_of
-from exirc.inspector.planned_regions import Array, Block, PlannedRegions, PlannedTensor
+from exirc.inspector.planned_regions import Block, PlannedRegions, PlannedTensor
 from exirc.inspector.value_lifetimes import Lifetime, lifetimes, loop_ranges
 from exirc.serialize import program as P
 from exirc.serialize.module_paths import stored_module_paths
@@ -48,6 +49,8 @@ MAX_WARNINGS = 20
 # Per-position live bytes a method's JSON gives at most, over all its arenas
 # (`live_steps` always has the same figures, compactly).
 MAX_LIVE_BYTES = 1 << 22
+# Arenas whose steps are made together (`arena_steps`).
+_ARENAS_AT_ONCE = 4096
 # Pairs of regions the overlap check may compare, per region and in all.
 _PAIRS_PER_BLOCK = 64
 _PAIRS_FLOOR = 1 << 20
@@ -74,23 +77,31 @@ class ArenaReport:
     bytes are live at each position (a step function: `live_steps`)."""
 
     def __init__(self, planned: PlannedRegions, memory_id: int, size: int, positions: int,
-                 ranges: tuple[int, int, int, int] | None,
-                 modules: list[list[str]] | None = None) -> None:
+                 ranges: tuple[int, int, int, int] | None, steps: ArenaSteps | None,
+                 index: int | None, modules: list[list[str]] | None = None) -> None:
+        """`steps`: the method's `arena_steps`, where this arena is at `index`
+        (both None for an arena without planned tensors)."""
         self._planned = planned
         self.memory_id = memory_id
         self.size = size
         self.positions = positions
         self._ranges = ranges or (0, 0, 0, 0)
-        self._step_at, self._step_live = self._steps()
-        self.peak_bytes = int(self._step_live.max()) if len(self._step_live) else 0
+        self.peak_bytes = 0
         self.peak_position: int | None = None  # None when nothing is ever live
         self.peak_site: InstructionSite | None = None  # also None without instructions
         self.largest_at_peak: list[Block] = []
+        if steps is None or index is None:
+            self._step_at = self._step_live = numpy.zeros(0, dtype=numpy.int64)
+            return
+        lo, hi = steps.lo.data[index], steps.hi.data[index]
+        self._step_at, self._step_live = steps.at[lo:hi], steps.live[lo:hi]
+        self.peak_bytes = steps.peak.data[index]
         if self.peak_bytes > 0:
             # The first time the peak is reached.
-            self.peak_position = int(self._step_at[int(numpy.argmax(self._step_live))])
+            self.peak_position = steps.peak_at.data[index]
             self.peak_site = instruction_site(planned.plan, self.peak_position, modules)
-            self.largest_at_peak = self._largest_at(self.peak_position)
+            largest = steps.largest[steps.largest_lo.data[index]:steps.largest_hi.data[index]]
+            self.largest_at_peak = [planned.block(b) for b in largest.data]
 
     @property
     def live_steps(self) -> list[tuple[int, int]]:
@@ -143,38 +154,6 @@ class ArenaReport:
     @property
     def fragmentation(self) -> float:
         return 1 - self.peak_bytes / self.size if self.size else 0.0
-
-    def _steps(self) -> tuple[Array, Array]:
-        """(positions, live bytes from each on) wherever the figure changes."""
-        _, _, b_lo, b_hi = self._ranges
-        planned = self._planned
-        s_lo, s_hi = int(planned.span_start[b_lo]), int(planned.span_start[b_hi])
-        if s_lo == s_hi:
-            nothing = numpy.zeros(0, dtype=numpy.int64)
-            return nothing, nothing
-        counts = numpy.diff(planned.span_start[b_lo:b_hi + 1])
-        sizes = numpy.repeat(planned.nbytes[planned.block_start[b_lo:b_hi]], counts)
-        at = numpy.concatenate((planned.span_first[s_lo:s_hi], planned.span_last[s_lo:s_hi] + 1))
-        change = numpy.concatenate((sizes, -sizes))
-        order = numpy.argsort(at, kind="stable")
-        at, running = at[order], numpy.cumsum(change[order])
-        # The figure after all changes at one position: the last of each run.
-        last = numpy.append(numpy.flatnonzero(numpy.diff(at)), len(at) - 1)
-        keep = at[last] < self.positions
-        return at[last][keep], running[last][keep]
-
-    def _largest_at(self, position: int) -> list[Block]:
-        planned = self._planned
-        _, _, b_lo, b_hi = self._ranges
-        s_lo, s_hi = int(planned.span_start[b_lo]), int(planned.span_start[b_hi])
-        live = (planned.span_first[s_lo:s_hi] <= position) & \
-            (planned.span_last[s_lo:s_hi] >= position)
-        spans = numpy.flatnonzero(live) + s_lo
-        blocks = numpy.searchsorted(planned.span_start, spans, side="right") - 1
-        chosen = sorted(set(blocks.tolist()),
-                        key=lambda b: (-int(planned.nbytes[planned.block_start[b]]),
-                                       int(planned.offset[planned.block_start[b]])))
-        return [planned.block(b) for b in chosen[:LARGEST_AT_PEAK]]
 
     def to_json(self, *, per_position: bool = True) -> dict[str, Any]:
         return {
@@ -229,6 +208,7 @@ class MethodMemory:
         self._planned = planned
         self._sizes = sizes
         self._ranges = planned.arena_ranges()
+        self._steps: tuple[range, ArenaSteps] | None = None  # the last batch of arenas
         # Whether each arena has planned tensors (a byte each: cheaper than a set).
         self._with_tensors = bytearray(len(sizes))
         for memory_id in self._ranges.ids.data:
@@ -249,8 +229,17 @@ class MethodMemory:
 
     def arena(self, memory_id: int) -> ArenaReport:
         size = self._sizes[memory_id] if memory_id < len(self._sizes) else 0
-        return ArenaReport(self._planned, memory_id, size, max(self.instruction_count, 1),
-                           self._ranges.get(memory_id), self._modules)
+        positions = max(self.instruction_count, 1)
+        k = self._ranges.index(memory_id)
+        if k is None:
+            return ArenaReport(self._planned, memory_id, size, positions, None, None, None)
+        batch = range(k - k % _ARENAS_AT_ONCE,
+                      min(k - k % _ARENAS_AT_ONCE + _ARENAS_AT_ONCE, len(self._ranges.ids)))
+        if self._steps is None or self._steps[0] != batch:  # arenas are asked for in order
+            self._steps = batch, arena_steps(self._planned, self._ranges, batch, positions,
+                                             LARGEST_AT_PEAK)
+        return ArenaReport(self._planned, memory_id, size, positions, self._ranges.get(memory_id),
+                           self._steps[1], k - batch.start, self._modules)
 
     def site(self, position: int) -> InstructionSite | None:
         """The instruction at `position`: its chain, index, text and source line."""

@@ -182,11 +182,18 @@ class ArenaRanges:
         return self.get(memory_id) is not None  # type: ignore[arg-type]
 
     def get(self, memory_id: int) -> tuple[int, int, int, int] | None:
-        k = int(numpy.searchsorted(self.ids, memory_id))
-        if k == len(self.ids) or self.ids[k] != memory_id:
+        k = self.index(memory_id)
+        if k is None:
             return None
         return (int(self.tensor_lo[k]), int(self.tensor_hi[k]), int(self.block_lo[k]),
                 int(self.block_hi[k]))
+
+    def index(self, memory_id: int) -> int | None:
+        """Where arena `memory_id` is in these arrays; None if it has no tensors."""
+        k = int(numpy.searchsorted(self.ids, memory_id))
+        if k == len(self.ids) or self.ids[k] != memory_id:
+            return None
+        return k
 
 
 def _int64(values: array[int]) -> Array:

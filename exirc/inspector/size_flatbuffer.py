@@ -135,11 +135,20 @@ class _ProgramRules:
                  inline: dict[int, tuple[RowKey, PayloadRows | None]]) -> None:
         self.constant = constant
         self.inline = inline
+        self._children: dict[tuple[State, str], State] = {}
 
     def row(self, state: State) -> RowKey:
         return state[0]
 
     def child(self, state: State, part: str, index: int | None) -> State:
+        if state[1] != "root":  # then the index does not matter: one state for all
+            found = self._children.get((state, part))
+            if found is None:
+                found = self._children[(state, part)] = self._child(state, part, index)
+            return found
+        return self._child(state, part, index)
+
+    def _child(self, state: State, part: str, index: int | None) -> State:
         name = part[1:].partition("(")[0]
         row, kind, plan = state
         if kind == "root" and name == "execution_plan":
@@ -210,7 +219,7 @@ def _walk_plan(t: TableView) -> None:
     for x in t.tables(5, "chains"):
         x.vector_span(0, 4, "inputs")
         x.vector_span(1, 4, "outputs")
-        _each(x, 2, "instructions", decode.instruction)
+        _each(x, 2, "instructions", _walk_instruction)
         _each(x, 3, "stacktrace", decode.frame_list)
     for x in t.tables(6, "operators"):
         x.string(0, "name")
@@ -228,11 +237,30 @@ def _walk_evalue(t: TableView) -> None:
     """What `decode.evalue` reads, without making a list of a list's items."""
     kind, body = t.union(0, 1, "val", P.KERNEL_TYPES)
     if kind is P.Tensor:
-        decode.tensor(body)
+        _walk_tensor(body)
     elif kind is P.String:
         body.string(0, "string_val")
     elif kind in _LIST_ITEM_SIZES:
         body.vector_span(0, _LIST_ITEM_SIZES[kind], "items")
+
+
+def _walk_tensor(t: TableView) -> None:
+    """What `decode.tensor` reads, in its order, without making the tensor: the
+    file was read whole before its size report, so what the walk visits is
+    known to be well formed (and it is still checked)."""
+    t.vector_span(2, 4, "sizes")
+    t.vector_span(3, 1, "dim_order")
+    t.table(6, "allocation_info")
+    extra = t.table(9, "extra_tensor_info")
+    if extra is not None:
+        extra.string(1, "fully_qualified_name")
+
+
+def _walk_instruction(t: TableView) -> None:
+    """What `decode.instruction` reads, as `_walk_tensor` does for a tensor."""
+    kind, body = t.union(0, 1, "instr_args", P.INSTRUCTION_TYPES)
+    if kind is P.KernelCall or kind is P.DelegateCall:
+        body.vector_span(1, 4, "args")
 
 
 def _each(t: TableView, slot: int, name: str, read: Callable[[TableView], object]) -> None:

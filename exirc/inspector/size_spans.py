@@ -35,19 +35,22 @@ class Charger:
         self.charged = 0
 
     def charge(self, start: int, end: int, key: RowKey) -> None:
-        a, b = max(start, self.lo) - self.lo, min(end, self.hi) - self.lo
+        lo = self.lo
+        a = start - lo if start > lo else 0
+        b = (end if end < self.hi else self.hi) - lo
         if a >= b:
             return
         first, last = a >> 3, (b - 1) >> 3
-        shift, mask = a & 7, (1 << (b - a)) - 1
-        bits = int.from_bytes(self.claimed[first:last + 1], "little")
-        free = (b - a) - ((bits >> shift) & mask).bit_count()
+        mask = ((1 << (b - a)) - 1) << (a & 7)
+        claimed = self.claimed
+        bits = int.from_bytes(claimed[first:last + 1], "little")
+        taken = bits & mask
+        free = (b - a) - taken.bit_count() if taken else b - a
         if not free:
             return
         self.ledger.charge(key, free)
         self.charged += free
-        self.claimed[first:last + 1] = (bits | (mask << shift)).to_bytes(last + 1 - first,
-                                                                         "little")
+        claimed[first:last + 1] = (bits | mask).to_bytes(last + 1 - first, "little")
 
     def rest(self, key: RowKey) -> None:
         """The bytes of the window nothing claimed, to `key`."""
@@ -88,19 +91,26 @@ class ChargingRecorder(CheckedBuffer):
         self.base = base
         self.charger = charger
         self.rules = rules
+        self._vtables_charged: set[int] = set()
+        self.vectors_charged: set[tuple[State, str, int, int]] = set()
 
     def view(self, pos: int, vtable: int, vtable_len: int, table_len: int,
              path: str | Path) -> TableView:
         rules = self.rules
-        if isinstance(path, Path):
-            parent = path.parent.note if isinstance(path.parent, Path) else rules.root
+        if type(path) is Path:
+            parent = path.parent.note if type(path.parent) is Path else rules.root
             state = path.note = rules.child(parent, path.part, path.index)
         else:
             state = rules.root
         row = rules.row(state)
         base = self.base
         self.charger.charge(base + pos, base + pos + table_len, row)
-        self.charger.charge(base + vtable, base + vtable + vtable_len, row)
+        # Most tables share a vtable with thousands of others: once charged,
+        # it has no free byte left, which the set says without the bitmap.
+        if vtable not in self._vtables_charged:
+            self.charger.charge(base + vtable, base + vtable + vtable_len, row)
+            if len(self._vtables_charged) < 4096:
+                self._vtables_charged.add(vtable)
         return _ChargingTable(self, pos, vtable, vtable_len, table_len, path, state)
 
 
@@ -109,8 +119,9 @@ class _ChargingTable(TableView):
 
     def __init__(self, buf: ChargingRecorder, pos: int, vtable: int, vtable_len: int,
                  table_len: int, where: str | Path, state: State) -> None:
-        super().__init__(buf, pos, vtable, vtable_len, table_len, where)
-        self.state = state
+        # TableView's fields set here, not through super(): millions of tables.
+        self.buf, self.pos, self.vtable, self.vtable_len = buf, pos, vtable, vtable_len
+        self.table_len, self.where, self.state = table_len, where, state
 
     def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
         found = super()._vector(slot, elem_size, name)
@@ -118,9 +129,15 @@ class _ChargingTable(TableView):
             start, count = found
             buf = self.buf
             assert isinstance(buf, ChargingRecorder)
-            base = buf.base
-            buf.rules.vector(self.state, name, buf.charger, base + start - 4, base + start,
-                             base + start + count * elem_size)
+            # A vector the file shares (a tensor's sizes) is charged at its
+            # first visit; the same charge again claims nothing more.
+            key = (self.state, name, start, count * elem_size)
+            if key not in buf.vectors_charged:
+                base = buf.base
+                buf.rules.vector(self.state, name, buf.charger, base + start - 4, base + start,
+                                 base + start + count * elem_size)
+                if len(buf.vectors_charged) < 4096:
+                    buf.vectors_charged.add(key)
         return found
 
     def string(self, slot: int, name: str) -> str | None:

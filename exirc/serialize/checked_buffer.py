@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from exirc.errors import FormatError
+from exirc.serialize.field_path import Path
 from exirc.serialize.program.instructions import Args
 
 T = TypeVar("T")
@@ -30,6 +31,8 @@ _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
+_UNION_PARTS: dict[tuple[str, type], str] = {}  # a union member's field name, by member
+_SIZES = {fmt: struct.calcsize("<" + fmt) for fmt in "bBhHiIqQfd"}
 
 # Work units an honest file may need, per byte of FlatBuffer, plus a floor.
 _BUDGET_PER_BYTE = 2
@@ -58,6 +61,10 @@ class CheckedBuffer:
         self._shared: dict[tuple[int, object], Any] = {}
         self._pool: dict[tuple[int, ...], list[int]] = {}
         self._args_pool: dict[bytes, Args] = {}
+        # The checked (vtable length, table length) of vtables seen: an honest
+        # file has a few dozen, shared by all its tables; a bounded number kept.
+        self._vtables: dict[int, tuple[int, int]] = {}
+        self._at: dict[tuple[int, str], list[int]] = {}  # `TableView.pooled_scalars`
 
     def once(self, view: TableView, decode: Callable[[TableView], T]) -> T:
         """`decode(view)`, made at most twice per table however often it is used.
@@ -128,20 +135,40 @@ class CheckedBuffer:
             )
 
     def read(self, fmt: struct.Struct, pos: int, path: str | Path) -> int:
-        self.check_range(pos, fmt.size, path)
+        if pos < 0 or pos + fmt.size > self.size:
+            self.check_range(pos, fmt.size, path)
         value: int = fmt.unpack_from(self.data, pos)[0]
         return value
 
     def follow(self, pos: int, path: str | Path) -> int:
         """The position a uoffset stored at `pos` points to."""
-        return pos + self.read(_U32, pos, path)
+        if pos < 0 or pos + 4 > self.size:
+            self.check_range(pos, 4, path)
+        target: int = pos + _U32.unpack_from(self.data, pos)[0]
+        return target
 
     def root(self) -> TableView:
         return self.table_at(self.follow(0, "root"), "root")
 
     def table_at(self, pos: int, path: str | Path) -> TableView:
-        self.charge(_TABLE_COST, path)
-        vtable = pos - self.read(_I32, pos, path)
+        # The checks of `check_range`, `read` and `charge`, spelled inline: a
+        # big program has millions of tables, and this is most of their cost.
+        self.budget -= _TABLE_COST
+        if self.budget < 0:
+            self.charge(0, path)
+        if pos < 0 or pos + 4 > self.size:
+            self.check_range(pos, 4, path)
+        vtable = pos - _I32.unpack_from(self.data, pos)[0]
+        lengths = self._vtables.get(vtable)
+        if lengths is None:
+            lengths = self._vtable_lengths(vtable, path)
+        vtable_len, table_len = lengths
+        if pos + table_len > self.size:
+            self.check_range(pos, table_len, path)
+        return self.view(pos, vtable, vtable_len, table_len, path)
+
+    def _vtable_lengths(self, vtable: int, path: str | Path) -> tuple[int, int]:
+        """The (vtable length, table length) the vtable at `vtable` declares, checked."""
         vtable_len = self.read(_U16, vtable, Path(path, "(vtable)"))
         table_len = self.read(_U16, vtable + 2, Path(path, "(vtable)"))
         if vtable_len < 4 or vtable_len % 2:
@@ -149,42 +176,14 @@ class CheckedBuffer:
         if table_len < 4:
             raise FormatError(f"table length {table_len} is invalid", field=str(path))
         self.check_range(vtable, vtable_len, Path(path, "(vtable)"))
-        self.check_range(pos, table_len, path)
-        return self.view(pos, vtable, vtable_len, table_len, path)
+        if len(self._vtables) < _POOL_ENTRIES:
+            self._vtables[vtable] = (vtable_len, table_len)
+        return vtable_len, table_len
 
     def view(self, pos: int, vtable: int, vtable_len: int, table_len: int,
              path: str | Path) -> TableView:
         """The view of a checked table (a subclass may record or wrap it)."""
         return TableView(self, pos, vtable, vtable_len, table_len, path)
-
-
-class Path:
-    """A field path, spelled out only when an error (or a report) names it.
-
-    Decoding visits millions of tables in a big program; building the text
-    `root.execution_plan[0].chains[0].instructions[123]` for each would cost
-    more than the tables themselves. A Path keeps its parent and its own
-    part instead: `Path(parent, ".name")`, `Path(parent, "[3]")`.
-    """
-
-    __slots__ = ("parent", "part", "index", "note")
-
-    def __init__(self, parent: str | Path, part: str, index: int | None = None) -> None:
-        self.parent = parent
-        self.part = part
-        self.index = index
-        # What a reader that records attaches to the table here (the size
-        # report: which row its bytes go to), for its children to start from.
-        self.note: Any = None
-
-    def __str__(self) -> str:
-        parts = []
-        node: str | Path = self
-        while isinstance(node, Path):
-            parts.append(node.part if node.index is None else f"{node.part}[{node.index}]")
-            node = node.parent
-        parts.append(node)
-        return "".join(reversed(parts))
 
 
 class TableView:
@@ -225,29 +224,54 @@ class TableView:
         return self.pos + offset
 
     def scalar(self, slot: int, fmt: struct.Struct, default: int | float, name: str) -> int:
-        pos = self._field(slot, fmt.size, name)
-        if pos is None:
+        entry = 4 + 2 * slot  # `_field`, inline: the commonest read of all
+        if entry + 2 > self.vtable_len:
             return default  # type: ignore[return-value]
-        value: int = fmt.unpack_from(self.buf.data, pos)[0]
+        data = self.buf.data
+        offset: int = _U16.unpack_from(data, self.vtable + entry)[0]
+        if offset == 0:
+            return default  # type: ignore[return-value]
+        if offset + fmt.size > self.table_len:
+            self._field(slot, fmt.size, name)  # raises
+        value: int = fmt.unpack_from(data, self.pos + offset)[0]
         return value
 
     def table(self, slot: int, name: str) -> TableView | None:
         pos = self._field(slot, 4, name)
         if pos is None:
             return None
-        path = self.field_path(name)
-        return self.buf.table_at(self.buf.follow(pos, path), path)
+        path = Path(self.where, "." + name)
+        buf = self.buf
+        if pos + 4 > buf.size:
+            buf.check_range(pos, 4, path)
+        return buf.table_at(pos + _U32.unpack_from(buf.data, pos)[0], path)
 
     def _vector(self, slot: int, elem_size: int, name: str) -> tuple[int, int] | None:
         """(first element position, element count) of a vector field."""
         pos = self._field(slot, 4, name)
         if pos is None:
             return None
+        # The checks of `follow`, `read`, `check_range` and `charge` inline; the
+        # field path is made only for an error (`_checked_vector` names it).
+        buf = self.buf
+        data, size = buf.data, buf.size
+        if pos + 4 <= size:
+            start = pos + _U32.unpack_from(data, pos)[0]
+            if start + 4 <= size:
+                count: int = _U32.unpack_from(data, start)[0]
+                # Check the declared length against the bytes present before
+                # anything is built from it: 0xFFFFFFFF must not allocate.
+                if start + 4 + count * elem_size <= size and \
+                        buf.budget >= count * max(elem_size, 1):
+                    buf.budget -= count * max(elem_size, 1)
+                    return start + 4, count
+        return self._checked_vector(pos, elem_size, name)
+
+    def _checked_vector(self, pos: int, elem_size: int, name: str) -> tuple[int, int]:
+        """`_vector` step by step, for the error it meets."""
         path = self.field_path(name)
         start = self.buf.follow(pos, path)
         count = self.buf.read(_U32, start, path)
-        # Check the declared length against the bytes present before
-        # anything is built from it: 0xFFFFFFFF must not allocate.
         self.buf.check_range(start + 4, count * elem_size, path)
         self.buf.charge(count * max(elem_size, 1), path)
         return start + 4, count
@@ -259,12 +283,28 @@ class TableView:
 
     def scalars(self, slot: int, fmt: str, name: str) -> list[int]:
         """A vector of scalars, e.g. fmt "i" for [int]."""
-        size = struct.calcsize("<" + fmt)
+        size = _SIZES[fmt]
         found = self._vector(slot, size, name)
         if found is None:
             return []
         start, count = found
         return list(struct.unpack_from(f"<{count}{fmt}", self.buf.data, start))
+
+    def pooled_scalars(self, slot: int, fmt: str, name: str) -> list[int]:
+        """`buf.pooled(scalars(...))`; the list of a vector the file shares (the
+        writer stores equal sizes once) is read once."""
+        found = self._vector(slot, _SIZES[fmt], name)
+        if found is None:
+            return self.buf.pooled([])
+        start, count = found
+        key = (start, fmt)
+        made = self.buf._at.get(key)
+        if made is None:
+            made = self.buf.pooled(list(struct.unpack_from(f"<{count}{fmt}", self.buf.data,
+                                                           start)))
+            if count <= _POOL_ITEMS and len(self.buf._at) < _POOL_ENTRIES:
+                self.buf._at[key] = made
+        return made
 
     def int32s(self, slot: int, name: str) -> Args:
         """A vector of int32 (value indices), as `Args`, pooled (`pooled_args`)."""
@@ -294,11 +334,12 @@ class TableView:
         if found is None:
             return
         start, count = found
-        buf = self.buf
-        part = f".{name}"
+        buf, data, where, part = self.buf, self.buf.data, self.where, f".{name}"
+        unpack = _U32.unpack_from  # the offsets are in the vector, checked
         for i in range(count):
-            path = Path(self.where, part, i)
-            yield buf.table_at(buf.follow(start + 4 * i, path), path)
+            at = start + 4 * i
+            path = Path(where, part, i)
+            yield buf.table_at(at + unpack(data, at)[0], path)
 
     def string(self, slot: int, name: str) -> str | None:
         """A string field; one the file stores once for many tables (file names
@@ -316,14 +357,23 @@ class TableView:
     def union(self, type_slot: int, value_slot: int, name: str,
               members: tuple[type, ...]) -> tuple[type, TableView]:
         """The member class and table of a union field (NONE is an error)."""
-        tag = self.scalar(type_slot, _U8, 0, name + "_type")
+        entry = 4 + 2 * type_slot  # `scalar`, inline, its field name made only for an error
+        offset = _U16.unpack_from(self.buf.data, self.vtable + entry)[0] \
+            if entry + 2 <= self.vtable_len else 0
+        if offset and offset + 1 <= self.table_len:
+            tag: int = self.buf.data[self.pos + offset]
+        else:
+            tag = self.scalar(type_slot, _U8, 0, name + "_type")
         if not 1 <= tag <= len(members):
             raise FormatError(
                 f"union type tag {tag} is not one of 1..{len(members)}",
                 field=f"{self.path}.{name}_type",
             )
         member = members[tag - 1]
-        table = self.table(value_slot, f"{name}({member.__name__})")
+        part = _UNION_PARTS.get((name, member))
+        if part is None:
+            part = _UNION_PARTS[(name, member)] = f"{name}({member.__name__})"
+        table = self.table(value_slot, part)
         if table is None:
             raise FormatError("union value is missing", field=f"{self.path}.{name}")
         return member, table

@@ -47,6 +47,9 @@ MAX_DIMS = 64
 
 
 def _enum(kind: type[E], raw: int, t: TableView, name: str) -> E:
+    member: E | None = kind._value2member_map_.get(raw)  # type: ignore[assignment]
+    if member is not None:  # as kind(raw), without its machinery: a million tensors
+        return member
     try:
         return kind(raw)
     except ValueError:
@@ -191,14 +194,14 @@ def evalue(t: TableView) -> P.EValue:
 
 
 def tensor(t: TableView) -> P.Tensor:
-    sizes = t.scalars(2, "i", "sizes")
+    sizes = t.pooled_scalars(2, "i", "sizes")
     if len(sizes) > MAX_DIMS:
         raise FormatError(f"{len(sizes)} dims, more than the {MAX_DIMS} a tensor may have",
                           field=f"{t.path}.sizes")
     for i, size in enumerate(sizes):
         if size < 0:
             raise FormatError(f"size {size} is negative", field=f"{t.path}.sizes[{i}]")
-    dim_order = t.buf.pooled(t.scalars(3, "B", "dim_order"))
+    dim_order = t.pooled_scalars(3, "B", "dim_order")
     # An empty dim order means contiguous; otherwise it must be a permutation.
     if dim_order and sorted(dim_order) != list(range(len(sizes))):
         raise FormatError(f"{dim_order} is not a permutation of the {len(sizes)} dimensions",
@@ -208,7 +211,7 @@ def tensor(t: TableView) -> P.Tensor:
     return P.Tensor(
         scalar_type=_enum(P.ScalarType, t.scalar(0, I8, 0, "scalar_type"), t, "scalar_type"),
         storage_offset=t.scalar(1, I32, 0, "storage_offset"),
-        sizes=t.buf.pooled(sizes),
+        sizes=sizes,
         dim_order=dim_order,
         requires_grad=bool(t.scalar(4, BOOL, 0, "requires_grad")),
         data_buffer_idx=t.scalar(5, U32, 0, "data_buffer_idx"),

@@ -124,7 +124,7 @@ ALL_JSON = ["--json", *ALL_TEXT]
 
 @pytest.fixture(scope="module")
 def many_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int]]:
-    return many_entries.make_files(tmp_path_factory.mktemp("many"))
+    return many_entries.shared_files(tmp_path_factory)
 
 
 @pytest.mark.slow
