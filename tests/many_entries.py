@@ -14,7 +14,6 @@ imports (the peak is reset there: /proc/self/clear_refs).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -22,10 +21,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from exirc.serialize import program as P
 from exirc.serialize import serialize
+from tests.shared_files import shared, shared_folder
 
 MIB = 1 << 20
 
@@ -129,24 +127,12 @@ def make_files(directory: Path) -> dict[str, tuple[Path, int]]:
     return files
 
 
-def shared_files(factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int]]:
-    """`make_files`, once per test run: the modules that read these files, and
-    the xdist workers that run them, share one set (writing it costs ~10 s),
-    made by whichever asks first while the others wait on a lock."""
-    base = factory.getbasetemp()
-    # Under xdist each worker's base is a folder of the run's own (`popen-gwN`).
-    directory = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "many"
-    directory.mkdir(exist_ok=True)
-    with open(directory / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        listing = directory / "files.json"
-        if listing.exists():
-            made = json.loads(listing.read_text())
-            return {name: (Path(path), size) for name, (path, size) in made.items()}
-        files = make_files(directory)
-        listing.write_text(json.dumps({name: [str(path), size]
-                                       for name, (path, size) in files.items()}))
-        return files
+def shared_files() -> dict[str, tuple[Path, int]]:
+    """`make_files`, once per test run (`tests.shared_files`): the modules that read
+    these files, and the xdist workers that run them, share one set (writing it
+    costs ~10 s)."""
+    return shared("many entries: the generated files",
+                  lambda: make_files(shared_folder("many entries")))
 
 
 def write(program: P.Program, path: Path) -> int:

@@ -44,6 +44,14 @@ def _folder() -> Path:
     return _root
 
 
+def shared_folder(name: str) -> Path:
+    """A folder of this run's shared things, for a `make` that writes files (and
+    returns their paths)."""
+    folder = _folder() / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def shared(key: str, make: Callable[[], T]) -> T:
     """`make()`, or what an earlier call with `key` made in this test run
     (pickled; any worker's)."""

@@ -123,8 +123,8 @@ ALL_JSON = ["--json", *ALL_TEXT]
 
 
 @pytest.fixture(scope="module")
-def many_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int]]:
-    return many_entries.shared_files(tmp_path_factory)
+def many_files() -> dict[str, tuple[Path, int]]:
+    return many_entries.shared_files()
 
 
 @pytest.mark.slow

@@ -107,8 +107,8 @@ def test_a_tensor_of_too_many_dims_is_a_format_error() -> None:
 
 
 @pytest.fixture(scope="module")
-def many_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int]]:
-    return many_entries.shared_files(tmp_path_factory)
+def many_files() -> dict[str, tuple[Path, int]]:
+    return many_entries.shared_files()
 
 
 @pytest.mark.slow
