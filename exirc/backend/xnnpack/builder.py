@@ -25,6 +25,9 @@ from exirc.backend.xnnpack.layout import Layout
 from exirc.errors import InternalError
 from exirc.serialize.xnnpack import graph as G
 
+_VIEW = torch.ops.aten.view_copy.default
+_SIZE = torch.ops.aten.sym_size.int
+
 # Node kinds whose output_min_max XNNPACK applies (ExecuTorch's runtime passes
 # it to these defines only): where a following clamp can be fused.
 CLAMPABLE = frozenset({
@@ -321,10 +324,21 @@ class GraphBuilder:
             return None
         vid = versions[0].id
         producer = self.producer.get(vid)
-        if producer is None or self.owner.get(vid) is not chain[-1] \
+        if producer is None or self._maker(chain[-1], vid) is not self.owner.get(vid) \
                 or producer.kind not in CLAMPABLE:
             return None
         return producer
+
+    def _maker(self, node: Node, vid: int) -> Node:
+        """The fx node whose lowering made value `vid`, from `node`, which holds it:
+        back through reshapes, each of a node whose values it alone reads (a dynamic
+        linear's 2-D result viewed back to 3-D is its value again, `reshape`; its
+        size may be read too), so that nothing else reads the value."""
+        while self.owner.get(vid) is not node and node.target is _VIEW and \
+                isinstance(node.args[0], Node) and \
+                all(u is node or u.target is _SIZE for u in node.args[0].users):
+            node = node.args[0]
+        return node
 
     # --- results -------------------------------------------------------------
 

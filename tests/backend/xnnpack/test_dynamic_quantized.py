@@ -76,6 +76,11 @@ def test_the_layers_are_delegated_with_per_token_converts_at_the_bound(mode: str
     graph = deserialize_blob(payload.data).graph
     kinds = [node.kind for node in graph.nodes]
     assert kinds.count(G.NodeKind.FULLY_CONNECTED) == 2 and kinds.count(G.NodeKind.CONVERT) == 2
+    # The ReLU between the layers is the first one's clamp, not a node of its own
+    # (the fifth node is the residual add).
+    assert len(kinds) == 5 and G.NodeKind.CLAMP not in kinds
+    assert [n.output_min_max for n in graph.nodes if n.kind == G.NodeKind.FULLY_CONNECTED] \
+        == [(0.0, float("inf")), None]
     converted = [graph.values[n.params.output_id] for n in graph.nodes  # type: ignore[union-attr]
                  if n.kind == G.NodeKind.CONVERT]
     assert [(v.datatype, v.dims, v.quant) for v in converted] == [
