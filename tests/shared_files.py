@@ -54,7 +54,9 @@ def shared_folder(name: str) -> Path:
 
 def shared(key: str, make: Callable[[], T]) -> T:
     """`make()`, or what an earlier call with `key` made in this test run
-    (pickled; any worker's)."""
+    (pickled; any worker's). Outside pytest there is no run to share with."""
+    if _root is None:
+        return make()
     name = hashlib.sha256(key.encode()).hexdigest()[:24]
     folder = _folder()
     path = folder / f"{name}.pickle"
@@ -69,11 +71,6 @@ def shared(key: str, make: Callable[[], T]) -> T:
             pickle.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(scratch, path)
         return value
-
-
-def shared_bytes(key: str, make: Callable[[], bytes]) -> bytes:
-    """`shared` for a file's bytes."""
-    return shared(key, make)
 
 
 def module_digest(module: Any) -> str:

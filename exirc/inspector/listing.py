@@ -42,6 +42,7 @@ NO_RESULT_OPS = frozenset({"executorch_prim::et_copy_index.tensor"})
 # The type text of tensors by (dtype, dynamism, *sizes): a plan of a hundred
 # thousand tensors has a few dozen types.
 _TENSOR_TYPES: dict[tuple[object, ...], str] = {}
+_TENSOR_TYPES_KEPT = 4096
 
 
 def value_type(value: P.EValue, dims: list[str] | None = None) -> str:
@@ -59,7 +60,7 @@ def value_type(value: P.EValue, dims: list[str] | None = None) -> str:
             bound = "<=" if value.shape_dynamism != P.TensorShapeDynamism.STATIC else ""
             shown = ", ".join(f"{bound}{s}" for s in value.sizes)
             text = f"{value.scalar_type.short_name}[{shown}]"
-            if len(_TENSOR_TYPES) < 4096:
+            if len(_TENSOR_TYPES) < _TENSOR_TYPES_KEPT:
                 _TENSOR_TYPES[key] = text
         return text
     return {

@@ -21,6 +21,10 @@ from typing import Any, Protocol
 from exirc.inspector.size_ledger import Ledger, RowKey
 from exirc.serialize.checked_buffer import CheckedBuffer, Path, TableView
 
+# Shared vtables and vectors remembered as charged (an honest file has a few
+# dozen; a hostile one cannot grow the sets past this).
+_REMEMBERED = 4096
+
 
 class Charger:
     """Charges the bytes of the window [lo, hi) of the file to rows, each
@@ -109,7 +113,7 @@ class ChargingRecorder(CheckedBuffer):
         # it has no free byte left, which the set says without the bitmap.
         if vtable not in self._vtables_charged:
             self.charger.charge(base + vtable, base + vtable + vtable_len, row)
-            if len(self._vtables_charged) < 4096:
+            if len(self._vtables_charged) < _REMEMBERED:
                 self._vtables_charged.add(vtable)
         return _ChargingTable(self, pos, vtable, vtable_len, table_len, path, state)
 
@@ -136,7 +140,7 @@ class _ChargingTable(TableView):
                 base = buf.base
                 buf.rules.vector(self.state, name, buf.charger, base + start - 4, base + start,
                                  base + start + count * elem_size)
-                if len(buf.vectors_charged) < 4096:
+                if len(buf.vectors_charged) < _REMEMBERED:
                     buf.vectors_charged.add(key)
         return found
 

@@ -64,7 +64,7 @@ class CheckedBuffer:
         # The checked (vtable length, table length) of vtables seen: an honest
         # file has a few dozen, shared by all its tables; a bounded number kept.
         self._vtables: dict[int, tuple[int, int]] = {}
-        self._at: dict[tuple[int, str], list[int]] = {}  # `TableView.pooled_scalars`
+        self._scalar_vectors: dict[tuple[int, str], list[int]] = {}  # `pooled_scalars`
 
     def once(self, view: TableView, decode: Callable[[TableView], T]) -> T:
         """`decode(view)`, made at most twice per table however often it is used.
@@ -298,12 +298,12 @@ class TableView:
             return self.buf.pooled([])
         start, count = found
         key = (start, fmt)
-        made = self.buf._at.get(key)
+        made = self.buf._scalar_vectors.get(key)
         if made is None:
             made = self.buf.pooled(list(struct.unpack_from(f"<{count}{fmt}", self.buf.data,
                                                            start)))
-            if count <= _POOL_ITEMS and len(self.buf._at) < _POOL_ENTRIES:
-                self.buf._at[key] = made
+            if count <= _POOL_ITEMS and len(self.buf._scalar_vectors) < _POOL_ENTRIES:
+                self.buf._scalar_vectors[key] = made
         return made
 
     def int32s(self, slot: int, name: str) -> Args:

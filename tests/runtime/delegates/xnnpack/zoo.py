@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.shared_files import module_digest, origin, shared_bytes
+from tests.shared_files import module_digest, origin, shared
 
 
 class MLP(nn.Module):
@@ -251,7 +251,7 @@ def executorch_xnnpack_pte(model: ZooModel, half: bool = False) -> bytes:
     inputs = [(t.dtype, tuple(t.shape)) for t in model.inputs()]
     key = (f"executorch xnnpack {origin(model.build)} {model.name} {inputs} half={half} "
            f"dynamic={model.dynamic_shapes is not None} {module_digest(model.module())}")
-    return shared_bytes(key, lambda: _lowered_by_executorch(model, half))
+    return shared(key, lambda: _lowered_by_executorch(model, half))
 
 
 def _lowered_by_executorch(model: ZooModel, half: bool) -> bytes:
