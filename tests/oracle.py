@@ -21,7 +21,6 @@ import importlib.util
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -376,68 +375,3 @@ def assert_same(ours: Any, theirs: Any, path: str) -> None:
         )
 
 
-def run_executorch_without_quantized_kernels(data: bytes, inputs: Sequence[Any],
-                                             directory: Path) -> list[torch.Tensor]:
-    """ExecuTorch's runtime in a fresh process that never imports its quantized
-    kernel library: a file calling one of those kernels fails to load there."""
-    import subprocess
-    import sys
-
-    program, given, got = directory / "m.pte", directory / "in.pt", directory / "out.pt"
-    program.write_bytes(data)
-    torch.save(list(inputs), given)
-    script = (
-        "import sys, torch\n"
-        "from executorch.runtime import Runtime\n"
-        f"program = Runtime.get().load_program(open({str(program)!r}, 'rb').read())\n"
-        f"out = program.load_method('forward').execute(torch.load({str(given)!r}))\n"
-        "assert 'executorch.kernels.quantized' not in sys.modules\n"
-        f"torch.save([o.clone() for o in out], {str(got)!r})\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return list(torch.load(got))
-
-
-def generate_on_executorch_without_quantized_kernels(
-        data: bytes, prompts: list[list[int]], count: int, directory: Path,
-        prefill: str | None = None) -> list[list[int]]:
-    """Greedy tokens of a decoder file (`(input_ids [1, L], cache_position [L]) ->
-    logits [1, L, vocab]`) on ExecuTorch's runtime, in a fresh process that never
-    imports its quantized kernel library: for each prompt in turn (from position
-    0), the prompt one token a call through `forward`, or at once through the
-    method `prefill` (sharing the file's state), then `count` tokens one a call."""
-    import json
-    import subprocess
-    import sys
-
-    program, got = directory / "decoder.pte", directory / "tokens.json"
-    program.write_bytes(data)
-    script = (
-        "import json, sys, torch\n"
-        "from executorch.runtime import Runtime\n"
-        f"program = Runtime.get().load_program(open({str(program)!r}, 'rb').read())\n"
-        f"prompts, count, prefill = {prompts!r}, {count}, {prefill!r}\n"
-        "forward = program.load_method('forward')\n"
-        "first = program.load_method(prefill) if prefill else None\n"
-        "def call(method, tokens, start):\n"
-        "    positions = torch.arange(start, start + len(tokens))\n"
-        "    return method.execute([torch.tensor([tokens]), positions])[0][0, -1]\n"
-        "generated = []\n"
-        "for prompt in prompts:\n"
-        "    if first is not None:\n"
-        "        logits = call(first, prompt, 0)\n"
-        "    else:\n"
-        "        for position, token in enumerate(prompt):\n"
-        "            logits = call(forward, [token], position)\n"
-        "    tokens = []\n"
-        "    while len(tokens) < count:\n"
-        "        tokens.append(int(logits.argmax()))\n"
-        "        logits = call(forward, [tokens[-1]], len(prompt) + len(tokens) - 1)\n"
-        "    generated.append(tokens)\n"
-        "assert 'executorch.kernels.quantized' not in sys.modules\n"
-        f"json.dump(generated, open({str(got)!r}, 'w'))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return list(json.loads(got.read_text()))

@@ -18,7 +18,8 @@ import torch
 
 from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.errors import ExircError, TargetQuantizationError
-from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
+from tests.executorch_without_quantized import run_executorch_without_quantized_kernels
+from tests.oracle import requires_executorch
 
 
 def _layer(features: int) -> torch.nn.Module:

@@ -19,7 +19,8 @@ import torch
 from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.errors import UsageError
 from exirc.quantize import QuantizeConfig
-from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
+from tests.executorch_without_quantized import run_executorch_without_quantized_kernels
+from tests.oracle import requires_executorch
 from tests.quantize.test_zoo_quantized import (
     assert_within_steps,
     output_steps,

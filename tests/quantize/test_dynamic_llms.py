@@ -31,7 +31,8 @@ import pytest
 import torch
 
 from exirc.compiler import CompileOptions, CompileResult, compile_model, compile_module
-from tests.oracle import generate_on_executorch_without_quantized_kernels, requires_executorch
+from tests.executorch_without_quantized import generate_on_executorch_without_quantized_kernels
+from tests.oracle import requires_executorch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DECODERS = {"llama": "tiny_llm.py", "gpt2": "tiny_gpt2.py"}

@@ -19,7 +19,8 @@ from torch.fx import GraphModule
 from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.errors import TargetQuantizationError
 from exirc.quantize import QuantizeConfig
-from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
+from tests.executorch_without_quantized import run_executorch_without_quantized_kernels
+from tests.oracle import requires_executorch
 from tests.quantize.test_dynamic_quant import _inputs, _model, _payload_graph
 from tests.quantize.test_zoo_quantized import _eager, assert_float_rounding, run_exirc
 

@@ -42,7 +42,8 @@ from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.inspector.render import human_bytes
 from exirc.inspector.size import size_report
 from exirc.runtime import load
-from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
+from tests.executorch_without_quantized import run_executorch_without_quantized_kernels
+from tests.oracle import requires_executorch
 from tests.quantize.models import ZOO, QuantModel
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None

@@ -25,7 +25,8 @@ from exirc.compiler import CompileOptions, CompileResult, compile_module
 from exirc.inspector.delegates import program_payloads
 from exirc.serialize import deserialize
 from exirc.serialize.xnnpack import graph as G
-from tests.oracle import requires_executorch, run_executorch_without_quantized_kernels
+from tests.executorch_without_quantized import run_executorch_without_quantized_kernels
+from tests.oracle import requires_executorch
 from tests.quantize.test_zoo_quantized import assert_within_steps, output_steps, run_exirc
 
 pytestmark = pytest.mark.skipif(
