@@ -88,17 +88,31 @@ def _config(mode: str, group_size: int | None) -> Any:
                                                  weight_granularity=PerAxis(0))
 
 
-@functools.cache
 def executorch_pte(name: str, mode: str, group_size: int | None,
                    shape: tuple[int, ...]) -> bytes:
-    """ExecuTorch's own file: torchao's quantize_, export, XnnpackPartitioner."""
+    """ExecuTorch's own file for inputs of `shape`: a static one for a single token
+    (a decode step), else one file whose batch and token counts vary up to the
+    largest of SHAPES, shared by the shapes (it saves a lowering of ~6 s apiece)."""
+    if shape == SHAPES[0]:
+        return _executorch_pte(name, mode, group_size, shape, dynamic=False)
+    largest = tuple(max(sizes) for sizes in zip(*SHAPES[1:]))
+    return _executorch_pte(name, mode, group_size, largest, dynamic=True)
+
+
+@functools.cache
+def _executorch_pte(name: str, mode: str, group_size: int | None, shape: tuple[int, ...],
+                    dynamic: bool) -> bytes:
+    """torchao's quantize_, export (batch and tokens up to `shape`'s if `dynamic`),
+    XnnpackPartitioner."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
     from torchao.quantization import quantize_
 
     module = _module(name)
     quantize_(module, _config(mode, group_size))
-    exported = torch.export.export(module, (torch.zeros(shape),))
+    dims = ({0: torch.export.Dim("batch", max=shape[0]),
+             1: torch.export.Dim("tokens", max=shape[1])},) if dynamic else None
+    exported = torch.export.export(module, (torch.zeros(shape),), dynamic_shapes=dims)
     edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     return bytes(edge.to_executorch().buffer)
 
