@@ -163,7 +163,7 @@ def peak_growth(imports: str, body: str) -> int:
     """Run `imports` then `body` in a fresh Python; bytes its peak RSS rose above
     the resident memory after `imports`. `body` must not print to stderr."""
     code = _PROBE.format(imports=textwrap.dedent(imports), body=textwrap.dedent(body))
-    done = subprocess.run(["nice", sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, timeout=600, check=False,
                           env={**os.environ, "NO_COLOR": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
