@@ -47,10 +47,14 @@ $(STAMP): pyproject.toml
 # --dist loadfile gives each test module to one worker, in collection order, so
 # what a module builds once (module fixtures, caches of compiled models: the
 # mutation campaign, the quantized zoo) is built once, not once per worker.
+# Both passes share one folder of what several modules make alike
+# (tests/shared_files.py: ExecuTorch's lowerings, generated files), deleted after.
 test: install
-	EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
-	PYTHONPATH=tests/without_extras EXIRC_WITHOUT_EXTRAS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder \
-		tests/runtime -m "not slow"
+	@shared=$$(mktemp -d) && trap 'rm -rf "$$shared"' EXIT && set -x && \
+	EXIRC_TEST_SHARED=$$shared EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 \
+		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 && \
+	EXIRC_TEST_SHARED=$$shared PYTHONPATH=tests/without_extras EXIRC_WITHOUT_EXTRAS=1 \
+		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/runtime -m "not slow"
 
 demo: install
 	@mkdir -p $(OUT)

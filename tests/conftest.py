@@ -67,9 +67,15 @@ def _the_same_random_state_for_every_test() -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _one_shared_folder_per_run(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Where `tests.shared_files` keeps what modules make alike: a folder of the
-    run's temporary root, which every xdist worker's own root is a folder of."""
+    run's temporary root, which every xdist worker's own root is a folder of; or
+    EXIRC_TEST_SHARED, a folder `make test` gives both its passes (the second
+    reads ExecuTorch's lowerings the first made) and deletes after them."""
     from tests import shared_files
 
+    given = os.environ.get("EXIRC_TEST_SHARED")
+    if given:
+        shared_files.set_root(Path(given))
+        return
     base = tmp_path_factory.getbasetemp()
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     shared_files.set_root(root / "shared")

@@ -105,7 +105,7 @@ class _Worker:
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()
-            self.process.wait()
+            self.process.wait(timeout=60)  # killed: a cap, never reached
             self.process = None
         if self.log is not None:
             self.log.unlink(missing_ok=True)

@@ -38,7 +38,7 @@ def test_the_worker_answers_again_after_a_refusal_and_after_dying(tmp_path: Path
     process = clean._WORKER.process
     assert process is not None
     process.kill()
-    process.wait()
+    process.wait(timeout=60)
     again, = clean.run_executorch_without_quantized_kernels(data, inputs, tmp_path)
     assert clean._WORKER.process is not process
     assert torch.equal(first, again)
