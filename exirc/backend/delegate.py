@@ -12,6 +12,7 @@ import torch
 from exirc.backend.delegation.cut import extract, replace
 from exirc.backend.delegation.interface import PreprocessResult
 from exirc.backend.delegation.lowered import LoweredDelegate
+from exirc.backend.delegation.shared_views import remake_shared_views
 from exirc.backend.delegation.registry import delegation_backend, resolve_partitioner
 from exirc.backend.delegation.report import DelegationReport
 from exirc.errors import InternalError, UsageError
@@ -45,6 +46,7 @@ class Delegate(Pass):
             1 for n in graph_module.graph.nodes
             if n.op == "call_function" and n.target is not operator.getitem))
         plan = partitioner.partition(program)
+        remake_shared_views(plan.partitions)
         for rejection in plan.rejections:
             report.add_rejection(rejection)
         for index, partition in enumerate(plan.partitions):

@@ -31,6 +31,7 @@ from exirc.backend.xnnpack import (
 from exirc.backend.xnnpack.args import created
 from exirc.backend.xnnpack.builder import GraphBuilder
 from exirc.backend.xnnpack.compact import compact
+from exirc.backend.xnnpack.merge_rotary import merge_rotary
 from exirc.backend.xnnpack.lower_elementwise import Emitter
 from exirc.backend.xnnpack.lower_patterns import find_patterns
 from exirc.backend.xnnpack.sizes import SizeMismatch, at_point, reconcile, size_points
@@ -80,7 +81,10 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
             for v in _tensor_vals(n.meta.get("val"))]
     points = size_points(vals)
     if not points:
-        return _build(partition)
+        blob, b = _build(partition)
+        if merge_rotary(blob.graph):
+            compact(blob.graph, b.named_data)
+        return blob, b
     built = []
     for point in points:
         with at_point(point):
@@ -93,6 +97,7 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
                             "report") from mismatch
     b = built[0][1]
     b.graph = graph
+    merge_rotary(graph)
     compact(graph, b.named_data)
     return G.XnnpackBlob(graph), b
 
