@@ -12,9 +12,9 @@ import torch
 from exirc.backend.delegation.cut import extract, replace
 from exirc.backend.delegation.interface import PreprocessResult
 from exirc.backend.delegation.lowered import LoweredDelegate
-from exirc.backend.delegation.shared_views import remake_shared_views
 from exirc.backend.delegation.registry import delegation_backend, resolve_partitioner
 from exirc.backend.delegation.report import DelegationReport
+from exirc.backend.delegation.shared_views import remake_shared_views
 from exirc.errors import InternalError, UsageError
 from exirc.ir.content import content_digest
 from exirc.ir.meta import set_delegation_report

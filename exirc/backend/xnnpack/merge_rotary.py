@@ -13,9 +13,11 @@ the one it was, bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from exirc.serialize.xnnpack import graph as G
 
+P = TypeVar("P")
 _HEADS = 2  # [batch, sequence, heads, head_dim]: the axis queries and keys are joined on
 
 
@@ -30,6 +32,7 @@ class _Rotary:
     cos_first: bool   # MUL(cos, x) rather than MUL(x, cos)
     sin_first: bool
     output: int
+    sequence: list[int]  # the slices' sizes on [batch, sequence]: 0 where dynamic
 
 
 def merge_rotary(graph: G.XNNGraph) -> int:
@@ -70,57 +73,68 @@ def _readers(graph: G.XNNGraph) -> dict[int, int]:
     return count
 
 
+def _params(node: G.Node | None, kind: G.NodeKind, form: type[P]) -> P | None:
+    """`node`'s parameters if it is a `kind` node (whose parameters are `form`)."""
+    if node is None or node.kind != kind or not isinstance(node.params, form):
+        return None
+    return node.params
+
+
 def _rotary(graph: G.XNNGraph, add: G.Node, producer: dict[int, G.Node],
             readers: dict[int, int]) -> _Rotary | None:
     """The chain ending at `add`, if it is one whose inner values nothing else reads."""
-    if add.output_min_max is not None:
+    sum_ = _params(add, G.NodeKind.ADD, G.Node2x1)
+    if sum_ is None or add.output_min_max is not None:
         return None
-    first, second = (producer.get(v) for v in (add.params.input1_id, add.params.input2_id))
+    first, second = producer.get(sum_.input1_id), producer.get(sum_.input2_id)
     if first is None or second is None:
         return None
     for by_cos, by_sin in ((first, second), (second, first)):
         chain = _halves(graph, by_cos, by_sin, producer)
         if chain is None:
             continue
-        nodes, x, cos, sin, cos_first, sin_first = chain
-        inner = [_output(n) for n in nodes]
-        if all(readers.get(v, 0) == 1 for v in inner) and \
+        nodes = chain.nodes
+        if all(readers.get(_output(n), 0) == 1 for n in nodes) and \
                 all(n.output_min_max is None for n in nodes):
-            return _Rotary([*nodes, add], x, cos, sin, cos_first, sin_first, _output(add))
+            chain.nodes, chain.output = [*nodes, add], sum_.output_id
+            return chain
     return None
 
 
 def _halves(graph: G.XNNGraph, by_cos: G.Node, by_sin: G.Node, producer: dict[int, G.Node]
-            ) -> tuple[list[G.Node], int, int, int, bool, bool] | None:
-    if by_cos.kind != G.NodeKind.MULTIPLY or by_sin.kind != G.NodeKind.MULTIPLY:
+            ) -> _Rotary | None:
+    cos_mul = _params(by_cos, G.NodeKind.MULTIPLY, G.Node2x1)
+    sin_mul = _params(by_sin, G.NodeKind.MULTIPLY, G.Node2x1)
+    if cos_mul is None or sin_mul is None:
         return None
-    swapped = producer.get(by_sin.params.input1_id)
-    sin_first = swapped is None or swapped.kind != G.NodeKind.CONCATENATE2
+    swapped = producer.get(sin_mul.input1_id)
+    sin_first = _params(swapped, G.NodeKind.CONCATENATE2, G.Concatenate) is None
     if sin_first:
-        swapped = producer.get(by_sin.params.input2_id)
-    if swapped is None or swapped.kind != G.NodeKind.CONCATENATE2:
+        swapped = producer.get(sin_mul.input2_id)
+    cat = _params(swapped, G.NodeKind.CONCATENATE2, G.Concatenate)
+    if swapped is None or cat is None or cat.input3_id != G.INVALID_VALUE_ID or cat.axis != 3:
         return None
-    sin = by_sin.params.input1_id if sin_first else by_sin.params.input2_id
-    cat = swapped.params
-    if cat.input3_id != G.INVALID_VALUE_ID or cat.axis != 3:
+    sin = sin_mul.input1_id if sin_first else sin_mul.input2_id
+    high_node, low_node = producer.get(cat.input1_id), producer.get(cat.input2_id)
+    high = _params(high_node, G.NodeKind.STATIC_SLICE, G.StaticSlice)
+    low = _params(low_node, G.NodeKind.STATIC_SLICE, G.StaticSlice)
+    if high is None or low is None or high_node is None or low_node is None:
         return None
-    high, low = producer.get(cat.input1_id), producer.get(cat.input2_id)
-    if high is None or low is None or {high.kind, low.kind} != {G.NodeKind.STATIC_SLICE}:
-        return None
-    x = low.params.input_id
+    x = low.input_id
     dims = graph.values[x].dims
-    if high.params.input_id != x or len(dims) != 4 or dims[3] % 2:
+    if high.input_id != x or len(dims) != 4 or dims[3] % 2:
         return None
     half = dims[3] // 2
-    if low.params.offsets != [0, 0, 0, 0] or high.params.offsets != [0, 0, 0, half] or \
-            low.params.sizes[2:] != [dims[2], half] or high.params.sizes != low.params.sizes:
+    if low.offsets != [0, 0, 0, 0] or high.offsets != [0, 0, 0, half] or \
+            low.sizes[2:] != [dims[2], half] or high.sizes != low.sizes:
         return None
-    ops = (by_cos.params.input1_id, by_cos.params.input2_id)
+    ops = (cos_mul.input1_id, cos_mul.input2_id)
     if x not in ops or ops[0] == ops[1]:
         return None
     cos_first = ops[1] == x
     cos = ops[0] if cos_first else ops[1]
-    return [by_cos, low, high, swapped, by_sin], x, cos, sin, cos_first, sin_first
+    return _Rotary([by_cos, low_node, high_node, swapped, by_sin], x, cos, sin, cos_first,
+                   sin_first, G.INVALID_VALUE_ID, list(low.sizes[:2]))
 
 
 def _pair(graph: G.XNNGraph, a: _Rotary, b: _Rotary) -> bool:
@@ -133,7 +147,7 @@ def _pair(graph: G.XNNGraph, a: _Rotary, b: _Rotary) -> bool:
                    for t in (a.cos, a.sin))
     return (a.cos, a.sin, a.cos_first, a.sin_first) == (b.cos, b.sin, b.cos_first, b.sin_first) \
         and not per_head and va.datatype == vb.datatype == G.Datatype.FP32 and same_but_heads \
-        and a.nodes[1].params.sizes[:2] == b.nodes[1].params.sizes[:2] and a.x != b.x
+        and a.sequence == b.sequence and a.x != b.x
 
 
 def _later_readers_only(graph: G.XNNGraph, first: _Rotary, second: _Rotary) -> bool:
@@ -158,7 +172,7 @@ def _join(graph: G.XNNGraph, a: _Rotary, b: _Rotary, readers: dict[int, int],
     heads_a, heads_b = xa.dims[_HEADS], xb.dims[_HEADS]
     dims = [*xa.dims[:_HEADS], heads_a + heads_b, *xa.dims[_HEADS + 1:]]
     half = dims[3] // 2
-    sequence = a.nodes[1].params.sizes[:2]  # 0 where the length is dynamic
+    sequence = a.sequence
 
     def value(shape: list[int]) -> int:
         graph.values.append(G.TensorValue(G.Datatype.FP32, list(shape), len(graph.values)))
@@ -177,16 +191,20 @@ def _join(graph: G.XNNGraph, a: _Rotary, b: _Rotary, readers: dict[int, int],
         value(dims), value(dims), value(dims))
     flat = [_flat(graph, a.x, readers, producer), _flat(graph, b.x, readers, producer)]
     if flat[0] is not None and flat[1] is not None and \
-            flat[0][0].params.new_shape[:2] == flat[1][0].params.new_shape[:2]:
-        # Both split a [batch, sequence, heads * head_dim] result into heads: join
-        # those instead, and split once (one reshape for two).
-        (reshape_a, row_a), (reshape_b, row_b) = flat[0], flat[1]
-        rows = value([*graph.values[row_a].dims[:2], dims[2] * dims[3]])
-        shape = [*reshape_a.params.new_shape[:2], dims[2], dims[3]]
+            flat[0][0].new_shape[:2] == flat[1][0].new_shape[:2] and \
+            graph.values[flat[0][1]].dims[:-1] == graph.values[flat[1][1]].dims[:-1]:
+        # Both split a [..., heads * head_dim] result into heads: join those on
+        # their last axis instead (row-major, the same elements in the same
+        # places), and split once (one reshape for two).
+        (reshape_a, row_a, node_a), (_, row_b, node_b) = flat[0], flat[1]
+        leading = graph.values[row_a].dims[:-1]
+        rows = value([*leading, dims[2] * dims[3]])
+        shape = [*reshape_a.new_shape[:2], dims[2], dims[3]]
         join = [G.Node(G.NodeKind.CONCATENATE2, G.Concatenate(
-                    2, row_a, row_b, G.INVALID_VALUE_ID, G.INVALID_VALUE_ID, rows), debug),
+                    len(leading), row_a, row_b, G.INVALID_VALUE_ID, G.INVALID_VALUE_ID, rows),
+                    debug),
                 G.Node(G.NodeKind.STATIC_RESHAPE, G.StaticReshape(4, shape, rows, joined), debug)]
-        gone_too = [reshape_a, reshape_b]
+        gone_too = [node_a, node_b]
     else:
         join = [G.Node(G.NodeKind.CONCATENATE2, G.Concatenate(
             _HEADS, a.x, b.x, G.INVALID_VALUE_ID, G.INVALID_VALUE_ID, joined), debug)]
@@ -211,16 +229,17 @@ def _join(graph: G.XNNGraph, a: _Rotary, b: _Rotary, readers: dict[int, int],
 
 
 def _flat(graph: G.XNNGraph, x: int, readers: dict[int, int], producer: dict[int, G.Node]
-          ) -> tuple[G.Node, int] | None:
-    """(the reshape, its input) when `x` is a [batch, sequence, heads * head_dim]
-    value split into heads that only its rotary chain reads (its multiply and
-    two slices)."""
-    reshape = producer.get(x)
-    if reshape is None or reshape.kind != G.NodeKind.STATIC_RESHAPE or readers.get(x) != 3:
+          ) -> tuple[G.StaticReshape, int, G.Node] | None:
+    """(the reshape, its input, its node) when `x` is a [..., heads * head_dim]
+    value split into [batch, sequence, heads, head_dim] that only its rotary
+    chain reads (its multiply and two slices)."""
+    node = producer.get(x)
+    reshape = _params(node, G.NodeKind.STATIC_RESHAPE, G.StaticReshape)
+    if node is None or reshape is None or readers.get(x) != 3:
         return None
-    row = reshape.params.input_id
+    row = reshape.input_id
     dims, shape = graph.values[row].dims, graph.values[x].dims
-    if len(dims) != 3 or dims[:2] != shape[:2] or dims[2] != shape[2] * shape[3] \
-            or graph.values[row].datatype != G.Datatype.FP32:
+    if not dims or dims[-1] != shape[2] * shape[3] or \
+            graph.values[row].datatype != G.Datatype.FP32:
         return None
-    return reshape, row
+    return reshape, row, node

@@ -31,9 +31,9 @@ from exirc.backend.xnnpack import (
 from exirc.backend.xnnpack.args import created
 from exirc.backend.xnnpack.builder import GraphBuilder
 from exirc.backend.xnnpack.compact import compact
-from exirc.backend.xnnpack.merge_rotary import merge_rotary
 from exirc.backend.xnnpack.lower_elementwise import Emitter
 from exirc.backend.xnnpack.lower_patterns import find_patterns
+from exirc.backend.xnnpack.merge_rotary import merge_rotary
 from exirc.backend.xnnpack.sizes import SizeMismatch, at_point, reconcile, size_points
 from exirc.errors import InternalError
 from exirc.serialize.xnnpack import graph as G
