@@ -42,11 +42,11 @@ class Delegate(Pass):
     def run(self, program: ExportedProgram) -> PassResult:
         partitioner = resolve_partitioner(self.partitioner)
         graph_module = program.graph_module
+        plan = partitioner.partition(program)
+        remake_shared_views(plan.partitions)  # before counting: its copies are nodes too
         report = DelegationReport(self.partitioner, compute_nodes=sum(
             1 for n in graph_module.graph.nodes
             if n.op == "call_function" and n.target is not operator.getitem))
-        plan = partitioner.partition(program)
-        remake_shared_views(plan.partitions)
         for rejection in plan.rejections:
             report.add_rejection(rejection)
         for index, partition in enumerate(plan.partitions):
