@@ -25,8 +25,8 @@ def remake_shared_views(partitions: list[Partition]) -> int:
     """Backend -> Backend, before partitions are cut out: a reshape in one
     partition whose tensor comes from outside it, read by another partition
     of the same backend, gets a copy in that partition (reading the same
-    tensor); the first keeps it only if something else still reads it there.
-    Returns how many copies were made."""
+    tensor); the first keeps it only if something else still reads it there
+    (a partition left empty is dropped). Returns how many copies were made."""
     where = {node: partition for partition in partitions for node in partition.nodes}
     made = 0
     for partition in partitions:
@@ -52,6 +52,7 @@ def remake_shared_views(partitions: list[Partition]) -> int:
                 partition.nodes.remove(view)
                 del where[view]
                 view.graph.erase_node(view)
+    partitions[:] = [p for p in partitions if p.nodes]  # one that only passed a view on
     return made
 
 
