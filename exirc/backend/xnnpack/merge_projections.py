@@ -59,11 +59,12 @@ def merge_projections(graph: G.XNNGraph, named_data: dict[str, bytes]) -> int:
 
 def _joined_filter(graph: G.XNNGraph, named_data: dict[str, bytes], first: G.Node,
                    second: G.Node) -> int | None:
-    """The value of both nodes' filters' rows, one after the other, if they can join."""
+    """The value of both nodes' filters' rows, one after the other, if they can join
+    (no flags: a transposed filter's rows are its inputs, not its outputs)."""
     a, b = first.params, second.params
     if not (isinstance(a, G.FullyConnected) and isinstance(b, G.FullyConnected)) or \
             first.kind != second.kind or first.output_min_max or second.output_min_max or \
-            a.input1_id != b.input1_id or a.flags != b.flags or \
+            a.input1_id != b.input1_id or a.flags or b.flags or \
             a.bias_id != G.INVALID_VALUE_ID or b.bias_id != G.INVALID_VALUE_ID:
         return None
     fa, fb = graph.values[a.filter_id], graph.values[b.filter_id]

@@ -44,8 +44,9 @@ class QkRotary(nn.Module):
     """A layer's query and key projections, rotated as LLaMA's RoPE (the sign of
     rotate_half's negated half in `sin`, as lookup_tables makes the tables)."""
 
-    def __init__(self, per_head_tables: bool = False) -> None:
+    def __init__(self, per_head_tables: bool = False, twice: bool = False) -> None:
         super().__init__()
+        self.twice = twice  # the queries rotated again: a chain reading another's result
         kv_heads = 4 if per_head_tables else 2
         self.q = nn.Linear(WIDTH, 4 * HEAD_DIM, bias=False)
         self.k = nn.Linear(WIDTH, kv_heads * HEAD_DIM, bias=False)
@@ -59,7 +60,8 @@ class QkRotary(nn.Module):
             cos, sin = cos * torch.ones(4, 1), sin * torch.ones(4, 1)
         else:
             cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q = _rotate(q, cos, sin)
+        return _rotate(q, cos, sin) if self.twice else q, _rotate(k, cos, sin)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -95,12 +97,12 @@ def _kinds(graph: G.XNNGraph) -> list[str]:
     return [n.kind.name for n in graph.nodes]
 
 
-def _qk(per_head_tables: bool = False, mode: str | None = None) -> bytes:
+def _qk(per_head_tables: bool = False, mode: str | None = None, twice: bool = False) -> bytes:
     torch.manual_seed(5)
     tables = 4 if per_head_tables else 1
     seq = Dim("seq", min=1, max=BOUND)
     quantized = {"quantize": mode, "min_sqnr_db": 0.0} if mode else {}
-    return compile_module(QkRotary(per_head_tables).eval(), _inputs(3, tables),
+    return compile_module(QkRotary(per_head_tables, twice).eval(), _inputs(3, tables),
                           dynamic_shapes=({1: seq}, {1: seq}, {1: seq}),
                           options=CompileOptions(target="xnnpack", **quantized)).data
 
@@ -157,15 +159,18 @@ def _method(data: bytes, runtime: str) -> Callable[[list[Any]], Any]:
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-@pytest.mark.parametrize(("per_head_tables", "mode"),
-                         [(False, None), (True, None), (False, "8da4w"), (False, "8da8w")])
+@pytest.mark.parametrize(("per_head_tables", "mode", "twice"),
+                         [(False, None, False), (True, None, False), (False, None, True),
+                          (False, "8da4w", False), (False, "8da8w", False)])
 def test_every_length_gives_the_results_of_before_bit_for_bit(
-        before: Callable[[], Any], per_head_tables: bool, mode: str | None,
+        before: Callable[[], Any], per_head_tables: bool, mode: str | None, twice: bool,
         runtime: str) -> None:
-    old, new = _both(before, lambda: _qk(per_head_tables, mode))
+    old, new = _both(before, lambda: _qk(per_head_tables, mode, twice))
+    if twice:  # the second rotation joins the keys' (the first's result is made by then)
+        assert [_kinds(g).count("ADD") for g in _graphs(new)] == [2]
     run_old, run_new = _method(old, runtime), _method(new, runtime)
     torch.manual_seed(5)
-    eager = QkRotary(per_head_tables).eval()
+    eager = QkRotary(per_head_tables, twice).eval()
     for length in range(1, BOUND + 1):
         inputs = list(_inputs(length, 4 if per_head_tables else 1))
         got, want = run_new(inputs), run_old(inputs)
