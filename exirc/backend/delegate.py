@@ -14,6 +14,7 @@ from exirc.backend.delegation.interface import PreprocessResult
 from exirc.backend.delegation.lowered import LoweredDelegate
 from exirc.backend.delegation.registry import delegation_backend, resolve_partitioner
 from exirc.backend.delegation.report import DelegationReport
+from exirc.backend.delegation.shared_views import remake_shared_views
 from exirc.errors import InternalError, UsageError
 from exirc.ir.content import content_digest
 from exirc.ir.meta import set_delegation_report
@@ -41,10 +42,11 @@ class Delegate(Pass):
     def run(self, program: ExportedProgram) -> PassResult:
         partitioner = resolve_partitioner(self.partitioner)
         graph_module = program.graph_module
+        plan = partitioner.partition(program)
+        remake_shared_views(plan.partitions)  # before counting: its copies are nodes too
         report = DelegationReport(self.partitioner, compute_nodes=sum(
             1 for n in graph_module.graph.nodes
             if n.op == "call_function" and n.target is not operator.getitem))
-        plan = partitioner.partition(program)
         for rejection in plan.rejections:
             report.add_rejection(rejection)
         for index, partition in enumerate(plan.partitions):

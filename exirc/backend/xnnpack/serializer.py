@@ -33,6 +33,8 @@ from exirc.backend.xnnpack.builder import GraphBuilder
 from exirc.backend.xnnpack.compact import compact
 from exirc.backend.xnnpack.lower_elementwise import Emitter
 from exirc.backend.xnnpack.lower_patterns import find_patterns
+from exirc.backend.xnnpack.merge_projections import merge_projections
+from exirc.backend.xnnpack.merge_rotary import merge_rotary
 from exirc.backend.xnnpack.sizes import SizeMismatch, at_point, reconcile, size_points
 from exirc.errors import InternalError
 from exirc.serialize.xnnpack import graph as G
@@ -80,11 +82,14 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
             for v in _tensor_vals(n.meta.get("val"))]
     points = size_points(vals)
     if not points:
-        return _build(partition)
+        blob, b = _build(partition)
+        _fewer_nodes(blob.graph, b.named_data)
+        compact(blob.graph, b.named_data)
+        return blob, b
     built = []
     for point in points:
         with at_point(point):
-            built.append(_build(partition, compacted=False))
+            built.append(_build(partition))
     try:
         graph = reconcile([blob.graph for blob, _ in built])
     except SizeMismatch as mismatch:
@@ -93,8 +98,17 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
                             "report") from mismatch
     b = built[0][1]
     b.graph = graph
+    _fewer_nodes(graph, b.named_data)
     compact(graph, b.named_data)
     return G.XnnpackBlob(graph), b
+
+
+def _fewer_nodes(graph: G.XNNGraph, named_data: dict[str, bytes]) -> None:
+    """Rewrites of the finished graph that save nodes (a decode step's cost is
+    mostly per node) and change no value; the caller compacts after them."""
+    compact(graph, named_data)  # the readers they count are live nodes only
+    merge_rotary(graph)
+    merge_projections(graph, named_data)
 
 
 def _tensor_vals(val: object) -> list[torch.Tensor]:
@@ -102,8 +116,8 @@ def _tensor_vals(val: object) -> list[torch.Tensor]:
     return [v for v in vals if isinstance(v, torch.Tensor)]
 
 
-def _build(partition: PartitionGraph, compacted: bool = True
-           ) -> tuple[G.XnnpackBlob, GraphBuilder]:
+def _build(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
+    """The graph as emitted, dead nodes and all (`build_blob` compacts it)."""
     b = GraphBuilder(dict(partition.constants))
     inputs = partition.runtime_inputs
     for external_id, placeholder in enumerate(inputs):
@@ -134,8 +148,6 @@ def _build(partition: PartitionGraph, compacted: bool = True
     for position, result in enumerate(outputs):
         b.mark_output(result, len(inputs) + position)
     b.graph.num_externs = len(inputs) + len(outputs)
-    if compacted:
-        compact(b.graph, b.named_data)
     return G.XnnpackBlob(b.graph), b
 
 
