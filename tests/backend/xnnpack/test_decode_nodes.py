@@ -107,13 +107,23 @@ def _qk(per_head_tables: bool = False, mode: str | None = None, twice: bool = Fa
                           options=CompileOptions(target="xnnpack", **quantized)).data
 
 
-def _both(before: Callable[[], Any], make: Callable[[], bytes]) -> tuple[bytes, bytes]:
+_made: dict[Any, tuple[bytes, bytes]] = {}  # the runtimes' tests of one model share its files
+
+
+def _both(before: Callable[[], Any], make: Callable[[], bytes], key: Any = None
+          ) -> tuple[bytes, bytes]:
+    """The file made without the rewrites and with them (kept under `key`, if given)."""
+    if key is not None and key in _made:
+        return _made[key]
     patch = before()
     try:
         old = make()
     finally:
         patch.undo()
-    return old, make()
+    pair = old, make()
+    if key is not None:
+        _made[key] = pair
+    return pair
 
 
 def test_queries_and_keys_are_rotated_by_one_chain(before: Callable[[], Any]) -> None:
@@ -165,7 +175,8 @@ def _method(data: bytes, runtime: str) -> Callable[[list[Any]], Any]:
 def test_every_length_gives_the_results_of_before_bit_for_bit(
         before: Callable[[], Any], per_head_tables: bool, mode: str | None, twice: bool,
         runtime: str) -> None:
-    old, new = _both(before, lambda: _qk(per_head_tables, mode, twice))
+    old, new = _both(before, lambda: _qk(per_head_tables, mode, twice),
+                     key=("qk", per_head_tables, mode, twice))
     if twice:  # the second rotation joins the keys' (the first's result is made by then)
         assert [_kinds(g).count("ADD") for g in _graphs(new)] == [2]
     run_old, run_new = _method(old, runtime), _method(new, runtime)
@@ -222,7 +233,7 @@ NODES = {  # per delegate: before, after
 @pytest.mark.parametrize("mode", list(NODES))
 def test_tiny_llm_steps_have_fewer_nodes_and_the_same_logits(
         before: Callable[[], Any], mode: str | None, runtime: str) -> None:
-    old, new = _both(before, lambda: _tiny_llm(mode))
+    old, new = _both(before, lambda: _tiny_llm(mode), key=("tiny_llm", mode))
     was, now = _graphs(old), _graphs(new)
     assert ([len(g.nodes) for g in was], [len(g.nodes) for g in now]) == NODES[mode]
     # The first delegate no longer hands the RoPE tables' views on (cos, sin).
