@@ -21,13 +21,31 @@ def _ids(params: G.NodeParams) -> dict[str, int]:
             if f.name.endswith("_id")}
 
 
-def _outputs(params: G.NodeParams) -> set[int]:
+def node_outputs(params: G.NodeParams) -> set[int]:
+    """The values a node writes."""
     return {v for k, v in _ids(params).items() if k in OUTPUT_FIELDS}
 
 
-def _inputs(params: G.NodeParams) -> set[int]:
-    return {v for k, v in _ids(params).items()
-            if k not in OUTPUT_FIELDS and v != G.INVALID_VALUE_ID}
+def _read(params: G.NodeParams) -> list[int]:
+    return [v for k, v in _ids(params).items()
+            if k not in OUTPUT_FIELDS and v != G.INVALID_VALUE_ID]
+
+
+def node_inputs(params: G.NodeParams) -> set[int]:
+    """The values a node reads."""
+    return set(_read(params))
+
+
+def read_counts(graph: G.XNNGraph) -> dict[int, int]:
+    """How many times each value is read: once per node field naming it, and once
+    more if it is a graph output (what a rewrite checks before taking it over)."""
+    count: dict[int, int] = {}
+    for node in graph.nodes:
+        for value in _read(node.params):
+            count[value] = count.get(value, 0) + 1
+    for value in graph.output_ids:
+        count[value] = count.get(value, 0) + 1
+    return count
 
 
 def compact(graph: G.XNNGraph, named_data: dict[str, bytes]) -> None:
@@ -35,9 +53,9 @@ def compact(graph: G.XNNGraph, named_data: dict[str, bytes]) -> None:
     read = set(graph.output_ids)
     live: list[G.Node] = []
     for node in reversed(graph.nodes):
-        if _outputs(node.params) & read:
+        if node_outputs(node.params) & read:
             live.append(node)
-            read |= _inputs(node.params)
+            read |= node_inputs(node.params)
     graph.nodes = live[::-1]
     inputs = set(graph.input_ids)  # kept even when unread: the delegate call passes them
     keep = [v for v in graph.values if v.id_out in read or v.id_out in inputs]

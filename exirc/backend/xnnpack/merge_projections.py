@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+from exirc.backend.xnnpack.compact import node_outputs, read_counts
 from exirc.serialize.xnnpack import graph as G
 
 _ROWS = (G.PerChannelGroupQuant, G.PerChannelQuant)  # per output row scales, in a buffer
@@ -25,13 +26,8 @@ def merge_projections(graph: G.XNNGraph, named_data: dict[str, bytes]) -> int:
     filters quantized per output row alike (int4 per group, int8 per
     channel), no bias, no clamp, each result read by the concatenate only,
     becomes FC(x, [A; B]). Returns how many were merged."""
-    producer = {n.params.output_id: n for n in graph.nodes
-                if hasattr(n.params, "output_id")}
-    readers: dict[int, int] = {}
-    for node in graph.nodes:
-        for name, value in vars(node.params).items():
-            if name.endswith("_id") and name != "output_id":
-                readers[value] = readers.get(value, 0) + 1
+    producer = {value: n for n in graph.nodes for value in node_outputs(n.params)}
+    readers = read_counts(graph)
     merged = 0
     for cat in [n for n in graph.nodes if n.kind == G.NodeKind.CONCATENATE2]:
         params = cat.params
@@ -40,8 +36,7 @@ def merge_projections(graph: G.XNNGraph, named_data: dict[str, bytes]) -> int:
         first, second = producer.get(params.input1_id), producer.get(params.input2_id)
         if first is None or second is None or \
                 params.axis != len(graph.values[params.output_id].dims) - 1 or \
-                any(readers.get(v, 0) != 1 or v in graph.output_ids
-                    for v in (params.input1_id, params.input2_id)):
+                any(readers.get(v, 0) != 1 for v in (params.input1_id, params.input2_id)):
             continue
         filter_id = _joined_filter(graph, named_data, first, second)
         if filter_id is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
+from exirc.backend.xnnpack.compact import node_inputs, node_outputs, read_counts
 from exirc.serialize.xnnpack import graph as G
 
 P = TypeVar("P")
@@ -40,8 +41,8 @@ def merge_rotary(graph: G.XNNGraph) -> int:
     [batch, sequence, heads, head_dim] tensors with the same cos, sin and
     shapes but for their heads become one chain over the two joined on the
     heads axis, then a slice back to each. Returns how many pairs were joined."""
-    readers = _readers(graph)
-    producer = {_output(n): n for n in graph.nodes}
+    readers = read_counts(graph)
+    producer = {value: n for n in graph.nodes for value in node_outputs(n.params)}
     chains = [c for n in graph.nodes if n.kind == G.NodeKind.ADD
               for c in [_rotary(graph, n, producer, readers)] if c is not None]
     merged = 0
@@ -60,17 +61,6 @@ def merge_rotary(graph: G.XNNGraph) -> int:
 
 def _output(node: G.Node) -> int:
     return int(getattr(node.params, "output_id", G.INVALID_VALUE_ID))
-
-
-def _readers(graph: G.XNNGraph) -> dict[int, int]:
-    count: dict[int, int] = {}
-    for node in graph.nodes:
-        for name, value in vars(node.params).items():
-            if name.endswith("_id") and name != "output_id" and value != G.INVALID_VALUE_ID:
-                count[value] = count.get(value, 0) + 1
-    for value in graph.output_ids:
-        count[value] = count.get(value, 0) + 1
-    return count
 
 
 def _params(node: G.Node | None, kind: G.NodeKind, form: type[P]) -> P | None:
@@ -156,14 +146,9 @@ def _later_readers_only(graph: G.XNNGraph, first: _Rotary, second: _Rotary) -> b
     where = {id(n): i for i, n in enumerate(graph.nodes)}
     end = where[id(second.nodes[-1])]
     for node in graph.nodes[where[id(first.nodes[-1])] + 1:end]:
-        if first.output in _inputs(node):
+        if first.output in node_inputs(node.params):
             return False
     return True
-
-
-def _inputs(node: G.Node) -> set[int]:
-    return {v for k, v in vars(node.params).items()
-            if k.endswith("_id") and k != "output_id" and v != G.INVALID_VALUE_ID}
 
 
 def _join(graph: G.XNNGraph, a: _Rotary, b: _Rotary, readers: dict[int, int],
