@@ -5,7 +5,6 @@ stored once; the kernel's arguments from a file are checked at load."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from exirc.runtime.errors import ExecutionError
 from exirc.serialize import program as P
 from exirc.serialize.writer import serialize
 from exirc.targets import pipeline_text
+from tests import warm_exirc
 from tests.oracle import requires_executorch, run_with_executorch
 from tests.runtime.core.test_interpreter import build, planned
 
@@ -203,8 +203,7 @@ def test_inspect_lists_no_transposed_copy_of_the_weight(tmp_path: Path) -> None:
 
 
 def _exirc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
-                          text=True, timeout=120)
+    return warm_exirc.exirc(args, text=True, timeout=120)
 
 
 # ---------------------------------------------------------------------------

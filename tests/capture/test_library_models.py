@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from exirc.capture.messages import shorten
+from tests import warm_exirc
 
 # A module defining an output type, registered with pytree under its module's
 # name, as transformers registers its ModelOutput classes.
@@ -54,8 +55,7 @@ EXIRC_ROOT = str(Path(__file__).resolve().parents[2])  # the checkout these test
 def exirc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     # Only the exirc under test on the path (not the archive's library folder).
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": EXIRC_ROOT}
-    return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd, env=env)
+    return warm_exirc.exirc(args, text=True, timeout=300, cwd=cwd, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
-"""The real command line, in a subprocess, for the end-to-end tests. Not a test module.
+"""The real command line, in a process of its own, for the end-to-end tests. Not a test module.
 
-`exirc(...)` runs `python -m exirc` on this checkout's code (whatever directory
-the test runs from) with a timeout: a cap on a hung child, never a verdict.
+`exirc(...)` runs `python -m exirc`'s `main` on this checkout's code (whatever
+directory the test runs from) in a process forked from a warm one
+(`tests.warm_exirc`), or with `real=True` in a fresh interpreter, with a
+timeout: a cap on a hung child, never a verdict.
 `Workshop` compiles each (model, flags) once per test module and runs the
 files through `exirc run` and ExecuTorch's runtime. The models are written
 as model files, seeded, as a user writes them; every input is drawn from a
@@ -13,7 +15,6 @@ from __future__ import annotations
 import os
 import runpy
 import subprocess
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy
 import torch
+
+from tests import warm_exirc
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 600  # seconds: a cap on a hung child, generous for a busy 2-core machine
@@ -85,12 +88,12 @@ example_inputs = (torch.randint(0, 64, (2, 6)),)
 MODELS = {"mlp": MLP, "cnn": CNN, "tiny_lm": TINY_LM}
 
 
-def exirc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m exirc ARGS` on this checkout's code, with a timeout."""
-    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": os.pathsep.join(path)}
-    return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=TIMEOUT)
+def exirc(*args: str, cwd: Path | None = None,
+          real: bool = False) -> subprocess.CompletedProcess[str]:
+    """`python -m exirc ARGS` on this checkout's code, with a timeout: forked warm
+    (`tests.warm_exirc`), or with `real` a fresh interpreter."""
+    return warm_exirc.exirc(args, text=True, cwd=cwd, env={**os.environ, "NO_COLOR": "1"},
+                            timeout=TIMEOUT, real=real)
 
 
 def seeded(seed: int, *shape: int) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """End to end: `exirc compile --target xnnpack` and `--quantize` in each mode, through the
-real command line in a subprocess; each file run by `exirc run` (a subprocess too, on the
+real command line in a process of its own (forked warm, `tests.warm_exirc`; the `make demo`
+line in a fresh interpreter); each file run by `exirc run` (a process too, on the
 default engine choice, `auto`) and by ExecuTorch's runtime, and both compared with a
 reference exirc did not make:
 
@@ -251,7 +252,8 @@ def test_the_make_demo_quantized_line(tmp_path: Path) -> None:
                                      "--verify -o"), args
     pte = tmp_path / "mlp_int8.pte"
 
-    done = exirc(*args[:-1], str(pte), cwd=REPO)  # from the repository, as make runs it
+    # From the repository, as make runs it, in a fresh interpreter as a user's.
+    done = exirc(*args[:-1], str(pte), cwd=REPO, real=True)
 
     assert done.returncode == 0, done.stderr
     assert "verified: 1 output matches" in done.stderr, done.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,14 @@ import numpy
 import pytest
 
 from exirc.serialize.writer import serialize
+from tests import warm_exirc
 from tests.cli.tiny_model import TINY_MODEL
 from tests.programs import add_constant_program
 
 
 def exirc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env={**os.environ, "NO_COLOR": "1"})
+    return warm_exirc.exirc(args, text=True, timeout=120, cwd=cwd,
+                            env={**os.environ, "NO_COLOR": "1"})
 
 
 def parsed(done: subprocess.CompletedProcess[str], kind: str) -> dict[str, Any]:

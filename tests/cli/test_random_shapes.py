@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from exirc.cli.random_shapes import DEFAULT_DIM_CAP, parse_shape_options, random
 from exirc.errors import InputError, UsageError
 from exirc.runtime.core.inputs import InputSpec
 from exirc.serialize.symbolic_shapes import MethodShapes, SymbolRange
+from tests import warm_exirc
 
 # y's size is twice x's first: a relation --random must keep.
 RELATED = """\
@@ -36,8 +36,7 @@ dynamic_shapes = ({0: n}, {0: 2 * n})
 
 
 def exirc(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
-                          timeout=120, cwd=cwd, env={**os.environ, "NO_COLOR": "1"})
+    return warm_exirc.exirc(args, timeout=120, cwd=cwd, env={**os.environ, "NO_COLOR": "1"})
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import collections
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy
 import pytest
 
 from exirc.serialize.writer import serialize
+from tests import warm_exirc
 from tests.runtime.core.test_interpreter import loop_program
 
 STATISTICS = ["mean_ms", "std_ms", "min_ms", "median_ms", "p90_ms", "max_ms"]
@@ -29,8 +29,8 @@ LOOP_CALLS = {"aten::mul.Scalar_out": 1, "aten::add.out": 3, "move": 3,
 
 
 def exirc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env={**os.environ, "NO_COLOR": "1"})
+    return warm_exirc.exirc(args, text=True, timeout=120, cwd=cwd,
+                            env={**os.environ, "NO_COLOR": "1"})
 
 
 @pytest.fixture()

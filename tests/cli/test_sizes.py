@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,12 +11,12 @@ import pytest
 from exirc.cli.sizes import parse_size
 from exirc.errors import UsageError
 from exirc.serialize.writer import serialize
+from tests import warm_exirc
 from tests.programs import add_constant_program
 
 
 def exirc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exirc", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    return warm_exirc.exirc(args, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
 
 
 @pytest.mark.parametrize(("text", "nbytes"), [

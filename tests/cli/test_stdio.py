@@ -16,6 +16,7 @@ import pytest
 
 from exirc.serialize import deserialize
 from exirc.serialize.writer import serialize
+from tests import warm_exirc
 from tests.cli.tiny_model import TINY_MODEL
 from tests.programs import add_constant_program
 
@@ -23,9 +24,8 @@ from tests.programs import add_constant_program
 def exirc(*args: str, stdin: bytes | None = None,
           cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     """The CLI with stdout and stderr as pipes (bytes: stdout may be binary)."""
-    return subprocess.run([sys.executable, "-m", "exirc", *args], input=stdin,
-                          capture_output=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "NO_COLOR": "1"})
+    return warm_exirc.exirc(args, input=stdin, timeout=120, cwd=cwd,
+                            env={**os.environ, "NO_COLOR": "1"})
 
 
 def exirc_on_terminal(*args: str) -> tuple[int, str]:

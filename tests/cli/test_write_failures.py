@@ -2,15 +2,14 @@
 killed leave the old file and nothing else.
 
 The kills are real: a child process writes a file slowly and gets SIGKILL in
-the middle. The CLI cases run the real `exirc` in a subprocess and check the
-exit code, the error code and the words a user reads.
+the middle. The CLI cases run the real `exirc` in a process of its own
+(`tests.warm_exirc`) and check the exit code, the error code and the words a user reads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import select
 import shutil
 import signal
@@ -24,8 +23,7 @@ import pytest
 
 from exirc.serialize import files
 from exirc.serialize.files import remove_stale_temporaries, write_atomically
-
-EXIRC = str(Path(sys.executable).with_name("exirc"))
+from tests import warm_exirc
 
 MODEL = """\
 import torch
@@ -39,12 +37,8 @@ example_inputs = (torch.randn(2, 256),)
 def exirc(*args: str, cwd: Path, limit_file_size: int | None = None,
           timeout: float = 120) -> tuple[int, list[str]]:
     """(exit code, stderr lines) of a real `exirc ARGS`."""
-    def limit() -> None:
-        if limit_file_size is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
-
-    done = subprocess.run([EXIRC, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=limit)
+    done = warm_exirc.exirc(args, cwd=cwd, text=True, timeout=timeout,
+                            file_size_limit=limit_file_size)
     return done.returncode, done.stderr.splitlines()
 
 

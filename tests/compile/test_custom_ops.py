@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy
 import torch
 
 from exirc.serialize import deserialize
+from tests import warm_exirc
 from tests.oracle import requires_executorch, run_with_executorch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,8 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def exirc(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "exirc", *args], cwd=directory, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return warm_exirc.exirc(args, cwd=directory, env=env, text=True, timeout=300)
 
 
 def write(directory: Path, name: str, source: str) -> None:

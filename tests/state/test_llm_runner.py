@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from exirc.compiler import CompileOptions, compile_model
+from tests import warm_exirc
 from tests.oracle import requires_executorch
 
 pytest.importorskip("transformers")
@@ -126,9 +127,8 @@ def test_external_weights_generate_the_eager_tokens_on_both_runners(
 
 
 def _exirc_generate(files: tuple[Path, Path], *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exirc", "generate", str(files[0]),
-                           "--tokenizer", str(files[1]), "--prompt", PROMPT, *options],
-                          capture_output=True, text=True, timeout=300)
+    return warm_exirc.exirc(["generate", str(files[0]), "--tokenizer", str(files[1]),
+                             "--prompt", PROMPT, *options], text=True, timeout=300)
 
 
 def test_exirc_generate_prints_the_eager_text_and_the_rates(example: Any,

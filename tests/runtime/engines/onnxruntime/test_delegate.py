@@ -32,6 +32,7 @@ from exirc.runtime.engines.onnxruntime.engine import ONNXRUNTIME_ENGINE
 from exirc.runtime.engines.policy import ENGINE_VARIABLE, EnginePolicy
 from exirc.serialize.xnnpack import graph as G
 from exirc.serialize.xnnpack.reader import deserialize_blob
+from tests import warm_exirc
 from tests.oracle import requires_executorch
 from tests.runtime.delegates.xnnpack.test_executorch_models import _mutate
 from tests.runtime.delegates.xnnpack.zoo import ZOO, eager, executorch_xnnpack_pte
@@ -256,9 +257,8 @@ def exirc_run(program: Path, engine: str, by: str = "option") -> subprocess.Comp
     environment = {k: v for k, v in os.environ.items() if k != ENGINE_VARIABLE}
     if by == "environment":
         environment[ENGINE_VARIABLE] = engine
-    return subprocess.run([sys.executable, "-m", "exirc", "run", str(program), "--random",
-                           *option], capture_output=True, text=True, timeout=120,
-                          env=environment)
+    return warm_exirc.exirc(["run", str(program), "--random", *option], text=True,
+                            timeout=120, env=environment)
 
 
 @pytest.mark.parametrize("by", ["option", "environment"])
@@ -286,9 +286,8 @@ def test_cli_an_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
     assert "reference, auto, onnxruntime, litert" in result.stderr
     option = exirc_run(program, "tensorrt", "option")
     assert option.returncode == 2 and "'tensorrt' is not one of" in option.stderr
-    old = subprocess.run([sys.executable, "-m", "exirc", "run", str(program), "--random"],
-                         capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "EXIRC_XNNPACK_ENGINE": "torch"})
+    old = warm_exirc.exirc(["run", str(program), "--random"], text=True, timeout=120,
+                           env={**os.environ, "EXIRC_XNNPACK_ENGINE": "torch"})
     assert old.returncode == 2 and "EXIRC_XNNPACK_ENGINE was renamed EXIRC_ENGINE" in old.stderr
 
 
@@ -369,8 +368,8 @@ def test_cli_timing_says_how_plain_runs_go_and_why(program: str, expected: str,
                                                    tmp_path: Path) -> None:
     path = tmp_path / f"{program}.pte"
     path.write_bytes(quantized_mlp() if program == "quantized" else exirc_lowered("mlp"))
-    done = subprocess.run([sys.executable, "-m", "exirc", "run", str(path), "--random",
-                           "--repeat", "2"], capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if k != ENGINE_VARIABLE})
+    done = warm_exirc.exirc(["run", str(path), "--random", "--repeat", "2"], text=True,
+                            timeout=120,
+                            env={k: v for k, v in os.environ.items() if k != ENGINE_VARIABLE})
     assert done.returncode == 0, done.stderr
     assert expected in done.stdout.splitlines(), done.stdout
