@@ -64,8 +64,12 @@ def exirc(args: Sequence[str], *, cwd: str | Path | None = None,
                               env=environment, timeout=timeout, stdin=None if data is not None
                               else subprocess.DEVNULL, preexec_fn=_limiter(file_size_limit))
     else:
-        done = server.run(command, cwd=str(cwd or os.getcwd()), env=environment, input=data,
-                          timeout=timeout, file_size_limit=file_size_limit)
+        try:
+            done = server.run(command, cwd=str(cwd or os.getcwd()), env=environment,
+                              input=data, timeout=timeout, file_size_limit=file_size_limit)
+        except ServerGone:  # before the command started: run it for real instead
+            return exirc(args, cwd=cwd, env=env, input=input, timeout=timeout, text=text,
+                         file_size_limit=file_size_limit, real=True)
     if text:
         return subprocess.CompletedProcess(done.args, done.returncode,
                                            done.stdout.decode(errors="replace"),
@@ -87,6 +91,10 @@ def _limiter(file_size_limit: int | None) -> Any:
         import resource
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
     return limit
+
+
+class ServerGone(Exception):
+    """The warm server went away before it started a command."""
 
 
 class _Server:
@@ -117,12 +125,19 @@ class _Server:
         stderr_read, stderr_write = os.pipe()
         request = json.dumps({"argv": command[3:], "cwd": cwd, "env": env,
                               "file_size_limit": file_size_limit}).encode()
-        socket.send_fds(self.socket, [_HEADER.pack(len(request))],
-                        [stdin_read, stdout_write, stderr_write])
-        self.socket.sendall(request)
-        for fd in (stdin_read, stdout_write, stderr_write):
-            os.close(fd)
-        pid = int(_read_message(self.socket)["pid"])
+        try:
+            socket.send_fds(self.socket, [_HEADER.pack(len(request))],
+                            [stdin_read, stdout_write, stderr_write])
+            self.socket.sendall(request)
+            for fd in (stdin_read, stdout_write, stderr_write):
+                os.close(fd)
+            pid = int(_read_message(self.socket)["pid"])
+        except OSError as error:  # the server is gone (ConnectionError is an OSError)
+            for fd in (stdin_read, stdout_write, stderr_write, stdin_write, stdout_read,
+                       stderr_read):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            raise ServerGone from error
         try:
             stdout, stderr = _communicate(stdin_write, stdout_read, stderr_read, input,
                                           time.monotonic() + timeout)
@@ -172,8 +187,8 @@ def _communicate(stdin: int, stdout: int, stderr: int, data: bytes | None,
                 else:
                     selector.unregister(fd)
     finally:
-        for fd in list(selector.get_map()):
-            selector.unregister(fd)
+        for registered in list(selector.get_map()):
+            selector.unregister(registered)
         for fd in (stdin, stdout, stderr):
             if fd >= 0:
                 with contextlib.suppress(OSError):

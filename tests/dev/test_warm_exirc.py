@@ -51,7 +51,7 @@ def test_a_command_runs_in_its_own_process_with_its_directory_environment_and_ar
     assert done.returncode == 0, done.stderr
     assert "compiled model.py -> m.pte" in done.stderr
     report = _report(tmp_path)
-    assert report["pid"] != os.getpid()
+    assert report["pid"] != os.getpid() and report["parent"] != os.getpid()  # forked warm
     assert report["cwd"] == str(tmp_path)
     assert report["marker"] == "seen"
     assert report["argv"] == ["compile", "model.py", "-o", "m.pte"]
@@ -74,7 +74,7 @@ def test_exit_codes_and_streams_are_the_commands(tmp_path: Path) -> None:
 def test_a_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text(REPORTING_MODEL)
     with pytest.raises(subprocess.TimeoutExpired):
-        exirc(["compile", "model.py", "-o", "m.pte"], cwd=tmp_path, timeout=10,
+        exirc(["compile", "model.py", "-o", "m.pte"], cwd=tmp_path, timeout=8,
               env={**os.environ, "WARM_EXIRC_HANG": "1"})
     pid = int(str(_report(tmp_path)["pid"]))
     with pytest.raises(ProcessLookupError):
@@ -93,9 +93,26 @@ def test_a_file_size_limit_applies_to_the_command(tmp_path: Path) -> None:
 def test_an_environment_read_at_start_gets_a_real_process(tmp_path: Path) -> None:
     """OMP_NUM_THREADS is read when the process starts: the server's would not do."""
     (tmp_path / "model.py").write_text(REPORTING_MODEL)
-    warm = exirc(["compile", "model.py", "-o", "m.pte"], cwd=tmp_path, timeout=300)
-    assert warm.returncode == 0 and _report(tmp_path)["parent"] != os.getpid()
     threads = "3" if os.environ.get("OMP_NUM_THREADS") != "3" else "2"
     real = exirc(["compile", "model.py", "-o", "m.pte"], cwd=tmp_path, timeout=300,
                  env={**os.environ, "OMP_NUM_THREADS": threads})
     assert real.returncode == 0 and _report(tmp_path)["parent"] == os.getpid()
+
+
+def test_a_dead_server_costs_no_command(tmp_path: Path) -> None:
+    """Killed, the server is started again, or (killed while the command is sent)
+    the command runs as a real process: either way the command runs."""
+    import signal
+
+    from tests import warm_exirc
+
+    first = warm_exirc._server()
+    if first is None:
+        pytest.skip("EXIRC_TEST_REAL_PROCESSES: no server")
+    assert exirc(["--version"], cwd=tmp_path, timeout=120).returncode == 0
+    os.kill(first.process.pid, signal.SIGKILL)
+    done = exirc(["--version"], cwd=tmp_path, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("exirc")
+    again = exirc(["--version"], cwd=tmp_path, timeout=120)
+    assert again.returncode == 0
+    assert warm_exirc._server() is not first
