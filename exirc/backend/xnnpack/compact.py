@@ -36,6 +36,11 @@ def node_inputs(params: G.NodeParams) -> set[int]:
     return set(_read(params))
 
 
+def producers(graph: G.XNNGraph) -> dict[int, G.Node]:
+    """The node that writes each value (graph inputs and constants have none)."""
+    return {value: node for node in graph.nodes for value in node_outputs(node.params)}
+
+
 def read_counts(graph: G.XNNGraph) -> dict[int, int]:
     """How many times each value is read: once per node field naming it, and once
     more if it is a graph output (what a rewrite checks before taking it over)."""

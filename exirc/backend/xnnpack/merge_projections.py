@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from exirc.backend.xnnpack.compact import node_outputs, read_counts
+from exirc.backend.xnnpack.compact import producers, read_counts
 from exirc.serialize.xnnpack import graph as G
 
 _ROWS = (G.PerChannelGroupQuant, G.PerChannelQuant)  # per output row scales, in a buffer
@@ -26,7 +26,7 @@ def merge_projections(graph: G.XNNGraph, named_data: dict[str, bytes]) -> int:
     filters quantized per output row alike (int4 per group, int8 per
     channel), no bias, no clamp, each result read by the concatenate only,
     becomes FC(x, [A; B]). Returns how many were merged."""
-    producer = {value: n for n in graph.nodes for value in node_outputs(n.params)}
+    producer = producers(graph)
     readers = read_counts(graph)
     merged = 0
     for cat in [n for n in graph.nodes if n.kind == G.NodeKind.CONCATENATE2]:

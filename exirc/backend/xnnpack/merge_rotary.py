@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from exirc.backend.xnnpack.compact import node_inputs, node_outputs, read_counts
+from exirc.backend.xnnpack.compact import node_inputs, producers, read_counts
 from exirc.serialize.xnnpack import graph as G
 
 P = TypeVar("P")
@@ -42,7 +42,7 @@ def merge_rotary(graph: G.XNNGraph) -> int:
     shapes but for their heads become one chain over the two joined on the
     heads axis, then a slice back to each. Returns how many pairs were joined."""
     readers = read_counts(graph)
-    producer = {value: n for n in graph.nodes for value in node_outputs(n.params)}
+    producer = producers(graph)
     chains = [c for n in graph.nodes if n.kind == G.NodeKind.ADD
               for c in [_rotary(graph, n, producer, readers)] if c is not None]
     merged = 0

@@ -84,7 +84,6 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
     if not points:
         blob, b = _build(partition)
         _fewer_nodes(blob.graph, b.named_data)
-        compact(blob.graph, b.named_data)
         return blob, b
     built = []
     for point in points:
@@ -99,16 +98,16 @@ def build_blob(partition: PartitionGraph) -> tuple[G.XnnpackBlob, GraphBuilder]:
     b = built[0][1]
     b.graph = graph
     _fewer_nodes(graph, b.named_data)
-    compact(graph, b.named_data)
     return G.XnnpackBlob(graph), b
 
 
 def _fewer_nodes(graph: G.XNNGraph, named_data: dict[str, bytes]) -> None:
-    """Rewrites of the finished graph that save nodes (a decode step's cost is
-    mostly per node) and change no value; the caller compacts after them."""
+    """Compact the finished graph, then rewrites that save nodes (a decode step's
+    cost is mostly per node) and change no value, then compact again if they
+    left nodes or constants unread."""
     compact(graph, named_data)  # the readers they count are live nodes only
-    merge_rotary(graph)
-    merge_projections(graph, named_data)
+    if merge_rotary(graph) + merge_projections(graph, named_data):
+        compact(graph, named_data)
 
 
 def _tensor_vals(val: object) -> list[torch.Tensor]:

@@ -9,8 +9,6 @@ and where the symbol got its value, raised before the first instruction.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy
@@ -18,11 +16,11 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exirc.cli.app import main
 from exirc.compiler import compile_module
 from exirc.errors import InputError
 from exirc.runtime import load
 from exirc.serialize.symbolic_shapes import InputDims, SymbolRange, check_dims
+from tests import warm_exirc
 
 
 class MatMulT(torch.nn.Module):
@@ -119,19 +117,13 @@ COMMAND_LINE_CASES = [case for case in REFUSED if case[0] in ("rows", "pairs")]
 @pytest.mark.parametrize(("name", "shapes", "parts"), COMMAND_LINE_CASES)
 def test_command_line_refuses_with_exit_code_2(
         programs: dict[str, Path], name: str, shapes: list[tuple[int, int]], parts: list[str],
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path) -> None:
     inputs = tmp_path / "inputs.npz"
     numpy.savez(inputs, **{f"input_{i}": a for i, a in enumerate(arrays(shapes))})
     out = tmp_path / "out.npz"
-    argv = ["run", str(programs[name]), "--inputs", str(inputs), "-o", str(out)]
-    if (name, shapes, parts) == COMMAND_LINE_CASES[0]:
-        # One through a real process, for its exit status; the others call the same
-        # `main` in this one (a process apiece spent seconds importing torch).
-        result = subprocess.run([sys.executable, "-m", "exirc", *argv],
-                                capture_output=True, text=True, timeout=120, check=False)
-        code, stderr = result.returncode, result.stderr
-    else:
-        code, stderr = main(argv), capsys.readouterr().err
+    result = warm_exirc.exirc(["run", str(programs[name]), "--inputs", str(inputs),
+                               "-o", str(out)], text=True, timeout=120)
+    code, stderr = result.returncode, result.stderr
     assert code == 2, stderr
     assert stderr.startswith("error[E0201]: "), stderr
     for part in parts:
