@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from exirc.edge.cia_walks import cia_walks_on_change
 from exirc.edge.decompositions import EXTRA_DECOMPOSITIONS
 from exirc.edge.ops import is_edge_op
 from exirc.errors import ModelError
@@ -38,6 +39,10 @@ class ToEdge(Pass):
     keep: tuple[str, ...] = ()
 
     def run(self, program: ExportedProgram) -> PassResult:
+        with cia_walks_on_change():
+            return self._decomposed(program)
+
+    def _decomposed(self, program: ExportedProgram) -> PassResult:
         before = program.graph_module
         table = torch.export.default_decompositions()
         table.update(EXTRA_DECOMPOSITIONS)
