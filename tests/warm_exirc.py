@@ -23,6 +23,7 @@ makes every command a real process.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import selectors
@@ -240,6 +241,9 @@ def _serve(sock: socket.socket) -> None:
 
     for name in WARM_MODULES:
         importlib.import_module(name)
+    # Frozen before the first fork: a child's garbage collections skip the objects it
+    # inherited (about a million, from torch), as a test process's do (tests/conftest.py).
+    gc.freeze()
     while True:
         try:
             header, fds, _, _ = socket.recv_fds(sock, _HEADER.size, 3)
