@@ -1,5 +1,7 @@
 """Shared test configuration, and fixtures more than one test module needs."""
 
+import atexit
+import gc
 import importlib.util
 import os
 import random
@@ -12,6 +14,25 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "smoke: part of the seconds-long `make check` run")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # torch, ExecuTorch and the collected modules leave a test process about a million
+    # long-lived objects, which every full garbage collection walked again: a tenth of
+    # a compile's time. Frozen, the collector walks what the tests make; a larger first
+    # generation makes its passes rarer. (What a test frees without a cycle is freed at
+    # once, as before; nothing a verdict reads depends on when the collector runs.)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # After the last report, a test process's exit used to spend seconds on the
+    # interpreter's final garbage collection over everything a pass made (millions of
+    # objects), which frees nothing the operating system would not: freezing them first
+    # (the first exit handler to run) leaves that collection almost nothing to walk.
+    atexit.register(gc.freeze)
 
 
 RUNTIME_TESTS = Path(__file__).parent / "runtime"
@@ -35,10 +56,47 @@ def _runs_again_without_extras(item: pytest.Item) -> bool:
     return True
 
 
+# The longest modules (20 s to two minutes of a worker's time each, measured), longest
+# first. `make test` gives each module to one xdist worker in collection order, and a
+# worker holds the next module while it runs one: a long module handed out late left
+# the other worker idle for its last 20-25 s, in each pass. Modules that read the same
+# shared files (tests.shared_files) are far apart, so one does not wait on the other:
+# test_differential reads test_executorch_models' lowerings, test_load_memory the many
+# entries test_bounded_inspect makes.
+LONGEST_MODULES = (
+    "runtime/delegates/xnnpack/test_executorch_quantized.py",
+    "runtime/core/test_mutation_suite.py",
+    "runtime/delegates/xnnpack/test_executorch_dynamic.py",  # the second pass's longest
+    "quantize/test_zoo_quantized.py",
+    "compile/test_zoo.py",
+    "runtime/delegates/xnnpack/test_executorch_models.py",
+    "inspector/test_bounded_inspect.py",
+    "emit/test_constants_once.py",
+    "backend/xnnpack/test_decode_nodes.py",
+    "quantize/test_dynamic_llms.py",
+    "compile/test_zoo_executorch_xnnpack.py",
+    "backend/xnnpack/test_quantized_lowering.py",
+    "cli/test_end_to_end.py",
+    "state/test_cache_patterns.py",
+    "state/test_static_cache.py",
+    "runtime/engines/test_differential.py",
+    "runtime/core/test_load_memory.py",
+)
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """The modules of LONGEST_MODULES first, in its order; the rest as collected."""
+    tests = Path(__file__).parent
+    rank = {tests / name: i for i, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)), len(rank)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS set (`make test`'s first pass), leave out
-    the runtime tests its second pass runs on the same interpreter, so the suite does not
-    run ~800 tests twice; a plain `pytest` still runs everything."""
+    """Longest modules first (LONGEST_MODULES). With EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS
+    set (`make test`'s first pass), leave out the runtime tests its second pass runs on
+    the same interpreter, so the suite does not run ~800 tests twice; a plain `pytest`
+    still runs everything."""
+    _longest_first(items)
     if not os.environ.get("EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS"):
         return
     later = [item for item in items if _runs_again_without_extras(item)]

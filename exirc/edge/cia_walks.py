@@ -6,8 +6,8 @@ registration in the process (`torch._export.utils._materialize_cpp_cia_ops`:
 about 840 of them, a `getattr` each, so that `torch.ops` holds them all). The
 walk does not depend on the namespace, yet it runs once per namespace: about
 30 walks per question with torch's own namespaces, 40 once ExecuTorch and
-torchao are loaded, and a decomposition asks at least twice. On a small model
-that is about a quarter of a compile.
+torchao are loaded, and a decomposition asks at least twice. Measured: a fifth
+of a small model's compile (0.05 of 0.25 s), 8% of a transformer's.
 
 `cia_walks_on_change()` makes the walk run again only when the registrations
 differ from the ones it walked last. That is equivalent: a walk over the
