@@ -127,7 +127,7 @@ def _both(before: Callable[[], Any], make: Callable[[], bytes], key: Any = None
 
 
 def test_queries_and_keys_are_rotated_by_one_chain(before: Callable[[], Any]) -> None:
-    old, new = _both(before, _qk)
+    old, new = _both(before, _qk, key=("qk", False, None, False))
     (was,), (now,) = _graphs(old), _graphs(new)
     assert _kinds(was).count("MULTIPLY") == 4 and _kinds(was).count("ADD") == 2
     # Two chains of six and the two projections' head reshapes (14 nodes)
@@ -141,7 +141,7 @@ def test_queries_and_keys_are_rotated_by_one_chain(before: Callable[[], Any]) ->
 @pytest.mark.parametrize("mode", ["8da4w", "8da8w"])
 def test_quantized_projections_joined_anyway_are_one_fully_connected_node(
         before: Callable[[], Any], mode: str) -> None:
-    old, new = _both(before, lambda: _qk(mode=mode))
+    old, new = _both(before, lambda: _qk(mode=mode), key=("qk", False, mode, False))
     (was,), (now,) = _graphs(old), _graphs(new)
     assert _kinds(was).count("FULLY_CONNECTED") == 2
     # The two projections, the concatenate joining them: one node with both
@@ -153,7 +153,7 @@ def test_quantized_projections_joined_anyway_are_one_fully_connected_node(
 
 
 def test_tables_of_every_head_keep_their_chains(before: Callable[[], Any]) -> None:
-    old, new = _both(before, lambda: _qk(per_head_tables=True))
+    old, new = _both(before, lambda: _qk(per_head_tables=True), key=("qk", True, None, False))
     assert [_kinds(g) for g in _graphs(new)] == [_kinds(g) for g in _graphs(old)]
 
 

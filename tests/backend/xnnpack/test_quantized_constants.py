@@ -14,6 +14,7 @@ outside its delegates, and runs on ExecuTorch without its quantized library.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,10 @@ def _inputs(seed: int) -> tuple[torch.Tensor, ...]:
     return (torch.randn(6, 16, generator=torch.Generator().manual_seed(seed)),)
 
 
+@functools.cache
 def _compile(name: str) -> tuple[CompileResult, GraphModule]:
-    """The xnnpack file and the quantized reference (what --verify runs)."""
+    """The xnnpack file and the quantized reference (what --verify runs), made once for
+    the module's tests (which only read them)."""
     from exirc.capture import MethodSource, capture
     from exirc.diagnostics.quantization import quantize_sources
     from exirc.quantize import QuantizeConfig

@@ -122,11 +122,19 @@ class RandomNet(nn.Module):
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("seed", range(8))
 def test_engine_equals_the_reference_on_random_programs(seed: int, engine: str) -> None:
+    data, x, kinds = _random_program(seed)
+    _agree(data, [x], engine, f"random program {seed} {kinds} on {engine}")
+
+
+@functools.cache
+def _random_program(seed: int) -> tuple[bytes, torch.Tensor, list[str]]:
+    """Random program `seed` compiled for XNNPACK, its input and its layers' kinds:
+    made once for every engine's test."""
     torch.manual_seed(seed)
     model = RandomNet(seed).eval()
     x = torch.randn(3, 12)
-    data = compile_module(model, (x,), options=CompileOptions(target="xnnpack")).data
-    _agree(data, [x], engine, f"random program {seed} {model.kinds} on {engine}")
+    return bytes(compile_module(model, (x,), options=CompileOptions(target="xnnpack")).data), \
+        x, list(model.kinds)
 
 
 def test_an_output_planned_in_other_dims_than_its_delegate_writes_is_not_fused() -> None:
