@@ -49,11 +49,13 @@ def cia_walks_on_change() -> Iterator[None]:
 
 
 def _export_utils() -> ModuleType | None:
+    """torch._export.utils, when it has the walk and torch can list registrations."""
     try:
         utils = importlib.import_module("torch._export.utils")
     except ImportError:
         return None
-    return utils if callable(getattr(utils, _WALK, None)) else None
+    listable = hasattr(torch._C, "_dispatch_get_registrations_for_dispatch_key")
+    return utils if listable and callable(getattr(utils, _WALK, None)) else None
 
 
 def _enter(utils: ModuleType) -> None:
@@ -75,15 +77,15 @@ def _leave(utils: ModuleType) -> None:
 
 
 def _walk_on_change(walk: Callable[[], None]) -> Callable[[], None]:
-    walked: list[list[str] | None] = [None]
+    walked: list[str] | None = None
     walk_lock = threading.Lock()
 
     def walk_if_registrations_changed() -> None:
+        nonlocal walked
         registrations = torch._C._dispatch_get_registrations_for_dispatch_key(_CIA_KEY)
         with walk_lock:
-            if registrations == walked[0]:
-                return
-            walk()
-            walked[0] = registrations
+            if registrations != walked:
+                walk()
+                walked = registrations
 
     return walk_if_registrations_changed
