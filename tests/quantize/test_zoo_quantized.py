@@ -44,6 +44,7 @@ from exirc.inspector.size import size_report
 from exirc.runtime import load
 from tests.executorch_without_quantized import run_executorch_without_quantized_kernels
 from tests.oracle import requires_executorch
+from tests.pattern_traces import trace_patterns_once
 from tests.quantize.models import ZOO, QuantModel
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
@@ -431,6 +432,7 @@ def _executorch_quantized(name: str, lowering: str) -> tuple[bytes, GraphModule]
     model = ZOO[name]
     inputs = model.inputs()
     captured = torch.export.export(model.module(), inputs).module()
+    trace_patterns_once()
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(
         is_per_channel=True))
     prepared = prepare_pt2e(captured, quantizer)

@@ -25,6 +25,7 @@ import torch
 from exirc.runtime import load
 from exirc.runtime.errors import ExecutionError
 from tests.oracle import requires_executorch
+from tests.pattern_traces import trace_patterns_once
 
 pytestmark = [requires_executorch, pytest.mark.oracle]
 
@@ -95,6 +96,7 @@ def pt2e_program(per_channel: bool, uint8_fused: bool) -> tuple[Any, tuple[torch
                                          quant_min=0, quant_max=255)
         config = dataclasses.replace(config, input_activation=activation,
                                      output_activation=activation)
+    trace_patterns_once()
     prepared = prepare_pt2e(torch.export.export(model, inputs).module(),
                             XNNPACKQuantizer().set_global(config))
     prepared(*inputs)  # calibration

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tests.pattern_traces import trace_patterns_once
 from tests.runtime.delegates.xnnpack.zoo import ZOO
 
 PT2E_SCHEMES = {"static_per_channel": (True, False), "static_per_tensor": (False, False),
@@ -35,6 +36,7 @@ def pt2e_pte(name: str, scheme: str) -> bytes:
     model = ZOO[name]
     inputs = model.inputs()
     captured = torch.export.export(model.module(), inputs).module()
+    trace_patterns_once()
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic))
     prepared = prepare_pt2e(captured, quantizer)
