@@ -55,8 +55,12 @@ $(STAMP): pyproject.toml
 # mutation campaign, the quantized zoo) is built once, not once per worker.
 # Both passes share one folder of what several modules make alike
 # (tests/shared_files.py: ExecuTorch's lowerings, generated files), deleted after.
+# The project's own modules are byte-compiled first (under a second): with
+# PYTHONDONTWRITEBYTECODE set, every process the suite starts would otherwise
+# compile what it imports of them again.
 test: install
 	@shared=$$(mktemp -d) && trap 'rm -rf "$$shared"' EXIT && set -x && \
+	$(PY) -m compileall -q -j 0 exirc tools tests > /dev/null && \
 	EXIRC_TEST_SHARED=$$shared EXIRC_RUNTIME_AGAIN_WITHOUT_EXTRAS=1 \
 		$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 && \
 	EXIRC_TEST_SHARED=$$shared PYTHONPATH=tests/without_extras EXIRC_WITHOUT_EXTRAS=1 \
