@@ -122,6 +122,24 @@ def _the_same_random_state_for_every_test() -> None:
         torch.manual_seed(0)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_cia_walk_per_change(request: pytest.FixtureRequest) -> Any:
+    """Each module's decompositions walk torch's CompositeImplicitAutograd registrations
+    once per change, as exirc's ToEdge does (exirc/edge/cia_walks.py), ExecuTorch's
+    lowerings (the oracle) included: torch's `run_decompositions` walks them all once
+    per op namespace, ~100 times per lowering, 3% of the suite's CPU time. Equivalent
+    by construction (a change in the registrations is walked). A module that checks
+    torch's own walks sets TORCHS_OWN_CIA_WALKS; a module that never imported torch
+    decomposes nothing."""
+    if "torch" not in sys.modules or getattr(request.module, "TORCHS_OWN_CIA_WALKS", False):
+        yield
+        return
+    from exirc.edge.cia_walks import cia_walks_on_change
+
+    with cia_walks_on_change():
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_shared_folder_per_run(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Where `tests.shared_files` keeps what modules make alike: a folder of the

@@ -15,6 +15,9 @@ import exirc.edge.to_edge as to_edge
 from exirc.edge.cia_walks import cia_walks_on_change
 from exirc.edge.to_edge import ToEdge
 
+# These tests count torch's own walks: no walker around the module (tests/conftest.py).
+TORCHS_OWN_CIA_WALKS = True
+
 
 class Model(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
