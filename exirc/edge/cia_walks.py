@@ -15,23 +15,38 @@ registrations the last walk saw finds only the attributes that walk made. It
 lasts for the decompositions inside it, where no op is registered or destroyed
 (and a registration that does happen changes the list, so it is walked), then
 puts torch's function back. Nested and concurrent uses share one walker.
+
+Listing the registrations to compare them costs a quarter of a walk, so within
+one collection over all namespaces (`_collect_all_valid_cia_ops`) they are
+listed once, at its first namespace: that loop only reads `torch.ops` and op
+schemas, and registers nothing, so a later listing in it would find the same.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
+from typing import Any
 
 import torch
 
 _CIA_KEY = "CompositeImplicitAutograd"
 _WALK = "_materialize_cpp_cia_ops"  # torch._export.utils' walk
+# torch._export.utils' collection over every namespace, and the modules that call it
+# by a name of their own.
+_COLLECT = "_collect_all_valid_cia_ops"
+_COLLECTORS = ("torch._export.utils", "torch.export.exported_program",
+               "torch.export.decomp_utils")
 _lock = threading.Lock()
 _depth = 0
 _torch_walk: Callable[[], None] | None = None
+_torch_collect: Callable[[], Any] | None = None
+_collecting = threading.local()  # .listed: None outside a collection, else whether listed
 
 
 @contextlib.contextmanager
@@ -59,21 +74,57 @@ def _export_utils() -> ModuleType | None:
 
 
 def _enter(utils: ModuleType) -> None:
-    global _depth, _torch_walk
+    global _depth, _torch_walk, _torch_collect
     with _lock:
         if _depth == 0:
             _torch_walk = getattr(utils, _WALK)
             setattr(utils, _WALK, _walk_on_change(_torch_walk))
+            _torch_collect = getattr(utils, _COLLECT, None)
+            if callable(_torch_collect):
+                listing_once = _listing_once(_torch_collect)
+                for module in _collectors(_torch_collect):
+                    setattr(module, _COLLECT, listing_once)
         _depth += 1
 
 
 def _leave(utils: ModuleType) -> None:
-    global _depth, _torch_walk
+    global _depth, _torch_walk, _torch_collect
     with _lock:
         _depth -= 1
         if _depth == 0:
             setattr(utils, _WALK, _torch_walk)
-            _torch_walk = None
+            if _torch_collect is not None:
+                for module in _collectors(None):
+                    setattr(module, _COLLECT, _torch_collect)
+            _torch_walk = _torch_collect = None
+
+
+def _collectors(torch_collect: Callable[[], Any] | None) -> list[ModuleType]:
+    """The loaded modules whose `_collect_all_valid_cia_ops` is torch's (entering) or
+    ours (leaving, `torch_collect` None)."""
+    found = []
+    for name in _COLLECTORS:
+        module = sys.modules.get(name)
+        bound = getattr(module, _COLLECT, None)
+        if module is not None and (bound is torch_collect if torch_collect is not None
+                                   else getattr(bound, "_lists_once", False)):
+            found.append(module)
+    return found
+
+
+def _listing_once(collect: Callable[[], Any]) -> Callable[[], Any]:
+    @functools.wraps(collect)
+    def collect_listing_once() -> Any:
+        if getattr(_collecting, "listed", None) is not None:  # nested: the outer one lists
+            return collect()
+        _collecting.listed = False
+        try:
+            return collect()
+        finally:
+            _collecting.listed = None
+
+    collect_listing_once._lists_once = True  # type: ignore[attr-defined]
+    return collect_listing_once
 
 
 def _walk_on_change(walk: Callable[[], None]) -> Callable[[], None]:
@@ -82,10 +133,15 @@ def _walk_on_change(walk: Callable[[], None]) -> Callable[[], None]:
 
     def walk_if_registrations_changed() -> None:
         nonlocal walked
+        listed = getattr(_collecting, "listed", None)
+        if listed:  # checked at this collection's first namespace
+            return
         registrations = torch._C._dispatch_get_registrations_for_dispatch_key(_CIA_KEY)
         with walk_lock:
             if registrations != walked:
                 walk()
                 walked = registrations
+        if listed is not None:
+            _collecting.listed = True
 
     return walk_if_registrations_changed

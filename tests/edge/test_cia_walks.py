@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch._export.utils as export_utils
+import torch.export.decomp_utils as decomp_utils
+import torch.export.exported_program as exported_program
 from torch.export import ExportedProgram
 
 import exirc.edge.to_edge as to_edge
@@ -84,15 +86,39 @@ def test_an_op_registered_meanwhile_is_walked(walks: list[int]) -> None:
             assert twice not in before and twice in after
 
 
-def test_torchs_walk_is_back_after_nested_uses() -> None:
-    torch_walk = export_utils._materialize_cpp_cia_ops
+def test_a_collection_lists_the_registrations_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs = export_utils._collect_all_valid_cia_ops()
+    listings = [0]
+    listing = torch._C._dispatch_get_registrations_for_dispatch_key
+
+    def counted(key: str) -> list[str]:
+        listings[0] += 1
+        return listing(key)
+
+    monkeypatch.setattr(torch._C, "_dispatch_get_registrations_for_dispatch_key", counted)
     with cia_walks_on_change():
-        inside = export_utils._materialize_cpp_cia_ops
-        assert inside is not torch_walk
+        assert export_utils._collect_all_valid_cia_ops() == theirs
+        listings[0] = 0
+        assert exported_program._collect_all_valid_cia_ops() == theirs
+        assert listings[0] == 1, f"{listings[0]} listings in one collection"
+        assert decomp_utils._collect_all_valid_cia_ops() == theirs
+        assert listings[0] == 2
+
+
+def _torchs_functions() -> list[object]:
+    return [export_utils._materialize_cpp_cia_ops, export_utils._collect_all_valid_cia_ops,
+            exported_program._collect_all_valid_cia_ops, decomp_utils._collect_all_valid_cia_ops]
+
+
+def test_torchs_functions_are_back_after_nested_uses() -> None:
+    torchs = _torchs_functions()
+    with cia_walks_on_change():
+        inside = _torchs_functions()
+        assert all(ours is not theirs for ours, theirs in zip(inside, torchs))
         with cia_walks_on_change():
-            assert export_utils._materialize_cpp_cia_ops is inside
-        assert export_utils._materialize_cpp_cia_ops is inside
-    assert export_utils._materialize_cpp_cia_ops is torch_walk
+            assert _torchs_functions() == inside
+        assert _torchs_functions() == inside
+    assert _torchs_functions() == torchs
     with pytest.raises(RuntimeError), cia_walks_on_change():
         raise RuntimeError("a failed decomposition")
-    assert export_utils._materialize_cpp_cia_ops is torch_walk
+    assert _torchs_functions() == torchs
