@@ -6,6 +6,7 @@ import importlib.util
 import os
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def _the_same_random_state_for_every_test() -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_cia_walk_per_change(request: pytest.FixtureRequest) -> Any:
+def _one_cia_walk_per_change(request: pytest.FixtureRequest) -> Iterator[None]:
     """Each module's decompositions walk torch's CompositeImplicitAutograd registrations
     once per change, as exirc's ToEdge does (exirc/edge/cia_walks.py), ExecuTorch's
     lowerings (the oracle) included: torch's `run_decompositions` walks them all once
