@@ -68,8 +68,10 @@ def _key(pattern: Any, example_inputs: tuple[Any, ...], is_cuda: bool,
          kwargs: dict[str, Any]) -> Hashable | None:
     """What the traced graph depends on, or None when that cannot be told by value:
     a pattern that is not a plain function wrapped in a module without state."""
+    from torchao.quantization.pt2e import WrapperModule
+
     function = getattr(pattern, "fn", None)
-    if (type(pattern).__name__ != "WrapperModule" or not callable(function)
+    if (not isinstance(pattern, WrapperModule) or not callable(function)
             or list(pattern.parameters()) or list(pattern.buffers())
             or not hasattr(function, "__code__")):
         return None

@@ -46,6 +46,7 @@ _lock = threading.Lock()
 _depth = 0
 _torch_walk: Callable[[], None] | None = None
 _torch_collect: Callable[[], Any] | None = None
+_collectors: list[ModuleType] = []  # the modules whose collection is ours meanwhile
 _collecting = threading.local()  # .listed: None outside a collection, else whether listed
 
 
@@ -82,7 +83,10 @@ def _enter(utils: ModuleType) -> None:
             _torch_collect = getattr(utils, _COLLECT, None)
             if callable(_torch_collect):
                 listing_once = _listing_once(_torch_collect)
-                for module in _collectors(_torch_collect):
+                loaded = [sys.modules[name] for name in _COLLECTORS if name in sys.modules]
+                _collectors[:] = [module for module in loaded
+                                  if getattr(module, _COLLECT, None) is _torch_collect]
+                for module in _collectors:
                     setattr(module, _COLLECT, listing_once)
         _depth += 1
 
@@ -93,23 +97,10 @@ def _leave(utils: ModuleType) -> None:
         _depth -= 1
         if _depth == 0:
             setattr(utils, _WALK, _torch_walk)
-            if _torch_collect is not None:
-                for module in _collectors(None):
-                    setattr(module, _COLLECT, _torch_collect)
+            for module in _collectors:
+                setattr(module, _COLLECT, _torch_collect)
+            _collectors.clear()
             _torch_walk = _torch_collect = None
-
-
-def _collectors(torch_collect: Callable[[], Any] | None) -> list[ModuleType]:
-    """The loaded modules whose `_collect_all_valid_cia_ops` is torch's (entering) or
-    ours (leaving, `torch_collect` None)."""
-    found = []
-    for name in _COLLECTORS:
-        module = sys.modules.get(name)
-        bound = getattr(module, _COLLECT, None)
-        if module is not None and (bound is torch_collect if torch_collect is not None
-                                   else getattr(bound, "_lists_once", False)):
-            found.append(module)
-    return found
 
 
 def _listing_once(collect: Callable[[], Any]) -> Callable[[], Any]:
@@ -123,7 +114,6 @@ def _listing_once(collect: Callable[[], Any]) -> Callable[[], Any]:
         finally:
             _collecting.listed = None
 
-    collect_listing_once._lists_once = True  # type: ignore[attr-defined]
     return collect_listing_once
 
 

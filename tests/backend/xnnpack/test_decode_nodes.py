@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,24 +111,25 @@ def _qk(per_head_tables: bool = False, mode: str | None = None, twice: bool = Fa
 _made: dict[Any, tuple[bytes, bytes]] = {}  # the runtimes' tests of one model share its files
 
 
-def _both(before: Callable[[], Any], make: Callable[[], bytes], key: Any = None
+def _both(before: Callable[[], Any], make: Callable[..., bytes], **arguments: Any
           ) -> tuple[bytes, bytes]:
-    """The file made without the rewrites and with them (kept under `key`, if given)."""
-    if key is not None and key in _made:
-        return _made[key]
-    patch = before()
-    try:
-        old = make()
-    finally:
-        patch.undo()
-    pair = old, make()
-    if key is not None:
-        _made[key] = pair
-    return pair
+    """`make(**arguments)` without the rewrites and with them, made once per module for
+    each set of arguments (defaults filled in, so equal calls share the files)."""
+    bound = inspect.signature(make).bind(**arguments)
+    bound.apply_defaults()
+    key = (make, tuple(bound.arguments.items()))
+    if key not in _made:
+        patch = before()
+        try:
+            old = make(**arguments)
+        finally:
+            patch.undo()
+        _made[key] = old, make(**arguments)
+    return _made[key]
 
 
 def test_queries_and_keys_are_rotated_by_one_chain(before: Callable[[], Any]) -> None:
-    old, new = _both(before, _qk, key=("qk", False, None, False))
+    old, new = _both(before, _qk)
     (was,), (now,) = _graphs(old), _graphs(new)
     assert _kinds(was).count("MULTIPLY") == 4 and _kinds(was).count("ADD") == 2
     # Two chains of six and the two projections' head reshapes (14 nodes)
@@ -141,7 +143,7 @@ def test_queries_and_keys_are_rotated_by_one_chain(before: Callable[[], Any]) ->
 @pytest.mark.parametrize("mode", ["8da4w", "8da8w"])
 def test_quantized_projections_joined_anyway_are_one_fully_connected_node(
         before: Callable[[], Any], mode: str) -> None:
-    old, new = _both(before, lambda: _qk(mode=mode), key=("qk", False, mode, False))
+    old, new = _both(before, _qk, mode=mode)
     (was,), (now,) = _graphs(old), _graphs(new)
     assert _kinds(was).count("FULLY_CONNECTED") == 2
     # The two projections, the concatenate joining them: one node with both
@@ -153,7 +155,7 @@ def test_quantized_projections_joined_anyway_are_one_fully_connected_node(
 
 
 def test_tables_of_every_head_keep_their_chains(before: Callable[[], Any]) -> None:
-    old, new = _both(before, lambda: _qk(per_head_tables=True), key=("qk", True, None, False))
+    old, new = _both(before, _qk, per_head_tables=True)
     assert [_kinds(g) for g in _graphs(new)] == [_kinds(g) for g in _graphs(old)]
 
 
@@ -175,8 +177,7 @@ def _method(data: bytes, runtime: str) -> Callable[[list[Any]], Any]:
 def test_every_length_gives_the_results_of_before_bit_for_bit(
         before: Callable[[], Any], per_head_tables: bool, mode: str | None, twice: bool,
         runtime: str) -> None:
-    old, new = _both(before, lambda: _qk(per_head_tables, mode, twice),
-                     key=("qk", per_head_tables, mode, twice))
+    old, new = _both(before, _qk, per_head_tables=per_head_tables, mode=mode, twice=twice)
     if twice:  # the second rotation joins the keys' (the first's result is made by then)
         assert [_kinds(g).count("ADD") for g in _graphs(new)] == [2]
     run_old, run_new = _method(old, runtime), _method(new, runtime)
@@ -233,7 +234,7 @@ NODES = {  # per delegate: before, after
 @pytest.mark.parametrize("mode", list(NODES))
 def test_tiny_llm_steps_have_fewer_nodes_and_the_same_logits(
         before: Callable[[], Any], mode: str | None, runtime: str) -> None:
-    old, new = _both(before, lambda: _tiny_llm(mode), key=("tiny_llm", mode))
+    old, new = _both(before, _tiny_llm, mode=mode)
     was, now = _graphs(old), _graphs(new)
     assert ([len(g.nodes) for g in was], [len(g.nodes) for g in now]) == NODES[mode]
     # The first delegate no longer hands the RoPE tables' views on (cos, sin).
